@@ -1,0 +1,105 @@
+// A blocking client for elasticrun's store and for PyTorch's c10d TCPStore.
+//
+// It speaks the TCPStore wire protocol of PyTorch 2.1 and later
+// (docs/protocol.md), so it works against `elasticctl store`, the store an
+// elasticrun agent hosts, and a `torch.distributed.TCPStore(is_master=True)`.
+//
+// Keys are prefixed with "/" on the wire by default, exactly as
+// torch.distributed.TCPStore does, so a value set here under "k" is what a
+// Python worker reads with store.get("k"). Set key_prefix to "" to address raw
+// keys.
+//
+// Every call takes a timeout (StoreClientOptions::timeout when omitted).
+// Errors are exceptions from elasticrun/errors.hpp whose message names the
+// endpoint and the keys involved. A client is not thread-safe: use one per
+// thread. After a NetworkError or StoreError the connection is closed and
+// every later call throws; after a TimeoutError from wait() or get() the
+// connection stays usable (the wait is cancelled on the server).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "elasticrun/errors.hpp"
+
+namespace elasticrun {
+
+struct StoreClientOptions {
+  // How long connect() keeps retrying a store that refuses or does not answer.
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
+  // Default deadline of each call.
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // Prepended to every key on the wire; "/" matches torch.distributed.TCPStore.
+  std::string key_prefix = "/";
+};
+
+class StoreClient {
+ public:
+  using Duration = std::chrono::milliseconds;
+  // Use the client's default timeout.
+  static constexpr Duration kDefault = Duration(-1);
+
+  // Connects, retrying with exponential backoff and jitter while the store
+  // refuses, resets or does not answer, then validates the protocol
+  // (VALIDATE, PING). Throws NetworkError listing every attempt, or
+  // StoreError when the peer is not a TCPStore.
+  static StoreClient connect(const std::string& host, uint16_t port,
+                             StoreClientOptions options = {});
+
+  StoreClient(StoreClient&&) noexcept;
+  StoreClient& operator=(StoreClient&&) noexcept;
+  ~StoreClient();
+
+  void set(std::string_view key, std::string_view value, Duration timeout = kDefault);
+  // Waits until the key exists (up to the timeout), then returns its value.
+  std::string get(std::string_view key, Duration timeout = kDefault);
+  // Adds delta to the integer stored as decimal text (0 when absent); returns the sum.
+  int64_t add(std::string_view key, int64_t delta, Duration timeout = kDefault);
+  // Sets desired if the current value equals expected (or the key is absent
+  // and expected is empty). Returns the value after the operation; for an
+  // absent key with a non-empty expected, returns expected (TCPStore's rule).
+  std::string compare_set(std::string_view key, std::string_view expected,
+                          std::string_view desired, Duration timeout = kDefault);
+  // True when every key exists now.
+  bool check(const std::vector<std::string>& keys, Duration timeout = kDefault);
+  // Blocks until every key exists. Throws TimeoutError naming the keys; the
+  // connection remains usable.
+  void wait(const std::vector<std::string>& keys, Duration timeout = kDefault);
+  // Number of keys in the store (all clients' keys, not only this prefix).
+  int64_t num_keys(Duration timeout = kDefault);
+  // True when the key existed.
+  bool delete_key(std::string_view key, Duration timeout = kDefault);
+  void append(std::string_view key, std::string_view value, Duration timeout = kDefault);
+  // Waits for every key, then returns their values in order.
+  std::vector<std::string> multi_get(const std::vector<std::string>& keys,
+                                     Duration timeout = kDefault);
+  void multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values,
+                 Duration timeout = kDefault);
+  void queue_push(std::string_view key, std::string_view value, Duration timeout = kDefault);
+  // Waits until the queue has an element, then pops the oldest.
+  std::string queue_pop(std::string_view key, Duration timeout = kDefault);
+  int64_t queue_len(std::string_view key, Duration timeout = kDefault);
+  // Keys under this client's prefix, with the prefix removed (as
+  // torch.distributed.TCPStore.list_keys). Needs a store of PyTorch >= 2.10
+  // or elasticrun.
+  std::vector<std::string> list_keys(Duration timeout = kDefault);
+  // Blocks until world_size callers have arrived at key. The arrival count is
+  // kept under key and never reset, as in PyTorch: use a fresh key per round.
+  void barrier(std::string_view key, int64_t world_size, Duration timeout = kDefault);
+  // Round trip; returns the time it took.
+  Duration ping(Duration timeout = kDefault);
+
+  // "host:port" of the store.
+  const std::string& endpoint() const;
+
+ private:
+  struct Impl;
+  explicit StoreClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace elasticrun

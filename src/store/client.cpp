@@ -1,0 +1,351 @@
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "elasticrun/store_client.hpp"
+#include "store/frame.hpp"
+#include "util/logging.hpp"
+#include "util/socket.hpp"
+#include "util/strings.hpp"
+
+namespace elasticrun {
+
+using store::QueryType;
+using store::RequestWriter;
+using util::Deadline;
+
+struct StoreClient::Impl {
+  util::Socket sock;
+  std::string endpoint;
+  StoreClientOptions options;
+  bool broken = false;  // the stream is out of sync: refuse further calls
+
+  Deadline deadline(Duration timeout) const {
+    return Deadline::after(timeout == kDefault ? options.timeout : timeout);
+  }
+
+  std::string wire_key(std::string_view key) const { return options.key_prefix + std::string(key); }
+
+  [[noreturn]] void fail(const util::Status& st, const std::string& what) {
+    // A timeout or reset mid-request leaves an unknown number of reply bytes
+    // in flight; the only safe thing is to stop using the connection.
+    broken = true;
+    sock.close();
+    std::string msg = "store " + endpoint + ": " + what + ": " + st.message();
+    if (st.err() == ETIMEDOUT) throw TimeoutError(msg);
+    throw NetworkError(msg);
+  }
+
+  void check_usable(const std::string& what) const {
+    if (broken) {
+      throw NetworkError("store " + endpoint + ": " + what +
+                         ": connection unusable after an earlier error");
+    }
+  }
+
+  void send(const std::string& frame, Deadline dl, const std::string& what) {
+    check_usable(what);
+    util::Status st = sock.send_all(frame.data(), frame.size(), dl);
+    if (!st) fail(st, what);
+  }
+
+  template <typename T>
+  T read_fixed(Deadline dl, const std::string& what) {
+    T v{};
+    util::Status st = sock.recv_exact(&v, sizeof(v), dl);
+    if (!st) fail(st, what);
+    return v;
+  }
+
+  std::string read_bytes(Deadline dl, const std::string& what) {
+    auto len = read_fixed<uint64_t>(dl, what);
+    // The store's own limits are far below this; a larger length means we
+    // are not talking to a store, and allocating it would be a mistake.
+    constexpr uint64_t kMaxReply = 1ull << 32;
+    if (len > kMaxReply) {
+      broken = true;
+      sock.close();
+      throw StoreError("store " + endpoint + ": " + what + ": reply claims " +
+                       std::to_string(len) + " bytes; not a TCPStore?");
+    }
+    std::string s(len, '\0');
+    util::Status st = sock.recv_exact(s.data(), len, dl);
+    if (!st) fail(st, what);
+    return s;
+  }
+
+  // WAIT (or BARRIER) already sent: waits for STOP_WAITING until dl; on
+  // timeout cancels the wait so the connection stays usable, then throws.
+  void await_stop(Deadline dl, const std::string& what) {
+    auto readable = sock.wait_readable(dl);
+    if (!readable.is_ok()) fail(readable.status(), what);
+    if (readable.value()) {
+      expect_byte(static_cast<uint8_t>(store::WaitResponse::kStopWaiting), dl, what);
+      return;
+    }
+    // Timed out. Cancel; the server may have released us just before it saw
+    // the cancel, in which case a STOP_WAITING precedes WAIT_CANCELED.
+    std::string frame;
+    RequestWriter(frame).type(QueryType::kCancelWait);
+    Deadline cancel_dl = Deadline::after(std::chrono::seconds(30));
+    send(frame, cancel_dl, what + " (cancel)");
+    auto b = read_fixed<uint8_t>(cancel_dl, what + " (cancel)");
+    if (b == static_cast<uint8_t>(store::WaitResponse::kStopWaiting)) {
+      b = read_fixed<uint8_t>(cancel_dl, what + " (cancel)");
+    }
+    if (b != static_cast<uint8_t>(store::WaitResponse::kWaitCanceled)) {
+      protocol_error(what + " (cancel)", b);
+    }
+    throw TimeoutError("store " + endpoint + ": " + what + ": timed out");
+  }
+
+  void expect_byte(uint8_t want, Deadline dl, const std::string& what) {
+    auto b = read_fixed<uint8_t>(dl, what);
+    if (b != want) protocol_error(what, b);
+  }
+
+  [[noreturn]] void protocol_error(const std::string& what, uint8_t got) {
+    broken = true;
+    sock.close();
+    throw StoreError("store " + endpoint + ": " + what + ": unexpected reply byte " +
+                     std::to_string(got));
+  }
+
+  void wait_keys(const std::vector<std::string>& keys, Deadline dl, const std::string& what) {
+    std::string frame;
+    RequestWriter w(frame);
+    w.type(QueryType::kWait).u64(keys.size());
+    for (const auto& k : keys) w.bytes(wire_key(k));
+    send(frame, dl, what);
+    await_stop(dl, what);
+  }
+};
+
+namespace {
+
+std::string describe_keys(const std::vector<std::string>& keys) {
+  std::string s = "[";
+  for (size_t i = 0; i < keys.size() && i < 8; ++i) {
+    if (i) s += ", ";
+    s += util::quote(keys[i]);
+  }
+  if (keys.size() > 8) s += ", ... (" + std::to_string(keys.size()) + " keys)";
+  return s + "]";
+}
+
+}  // namespace
+
+StoreClient::StoreClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+StoreClient::StoreClient(StoreClient&&) noexcept = default;
+StoreClient& StoreClient::operator=(StoreClient&&) noexcept = default;
+StoreClient::~StoreClient() = default;
+
+const std::string& StoreClient::endpoint() const { return impl_->endpoint; }
+
+StoreClient StoreClient::connect(const std::string& host, uint16_t port, StoreClientOptions options) {
+  const std::string endpoint = util::format_endpoint(host, port);
+  Deadline dl = Deadline::after(options.connect_timeout);
+  auto sock = util::Socket::connect(host, port, dl);
+  if (!sock.is_ok()) throw NetworkError("store " + endpoint + ": " + sock.status().message());
+  auto impl = std::make_unique<Impl>();
+  impl->sock = std::move(sock).value();
+  impl->endpoint = endpoint;
+  impl->options = std::move(options);
+  // VALIDATE has no reply; PING proves the peer speaks the protocol. The
+  // nonce is our pid, as PyTorch's client sends.
+  const auto nonce = static_cast<uint32_t>(::getpid());
+  std::string frame;
+  RequestWriter(frame)
+      .type(QueryType::kValidate)
+      .u32(store::kValidationMagic)
+      .type(QueryType::kPing)
+      .u32(nonce);
+  Deadline hs = Deadline::after(std::min<Duration>(dl.remaining(), std::chrono::seconds(30)));
+  impl->send(frame, hs, "handshake");
+  auto echoed = impl->read_fixed<uint32_t>(hs, "handshake");
+  if (echoed != nonce) {
+    throw StoreError("store " + endpoint + ": handshake: PING answered with " +
+                     std::to_string(echoed) + " instead of " + std::to_string(nonce) +
+                     "; not a TCPStore of PyTorch >= 2.5 or elasticrun?");
+  }
+  return StoreClient(std::move(impl));
+}
+
+void StoreClient::set(std::string_view key, std::string_view value, Duration timeout) {
+  std::string frame;
+  RequestWriter(frame).type(QueryType::kSet).bytes(impl_->wire_key(key)).bytes(value);
+  impl_->send(frame, impl_->deadline(timeout), "set " + util::quote(key));
+}
+
+std::string StoreClient::get(std::string_view key, Duration timeout) {
+  const std::string what = "get " + util::quote(key);
+  Deadline dl = impl_->deadline(timeout);
+  impl_->wait_keys({std::string(key)}, dl, what);
+  std::string frame;
+  RequestWriter(frame).type(QueryType::kGet).bytes(impl_->wire_key(key));
+  impl_->send(frame, dl, what);
+  return impl_->read_bytes(dl, what);
+}
+
+int64_t StoreClient::add(std::string_view key, int64_t delta, Duration timeout) {
+  const std::string what = "add " + util::quote(key);
+  Deadline dl = impl_->deadline(timeout);
+  std::string frame;
+  RequestWriter(frame).type(QueryType::kAdd).bytes(impl_->wire_key(key)).i64(delta);
+  impl_->send(frame, dl, what);
+  return impl_->read_fixed<int64_t>(dl, what);
+}
+
+std::string StoreClient::compare_set(std::string_view key, std::string_view expected,
+                                     std::string_view desired, Duration timeout) {
+  const std::string what = "compare_set " + util::quote(key);
+  Deadline dl = impl_->deadline(timeout);
+  std::string frame;
+  RequestWriter(frame)
+      .type(QueryType::kCompareSet)
+      .bytes(impl_->wire_key(key))
+      .bytes(expected)
+      .bytes(desired);
+  impl_->send(frame, dl, what);
+  return impl_->read_bytes(dl, what);
+}
+
+bool StoreClient::check(const std::vector<std::string>& keys, Duration timeout) {
+  const std::string what = "check " + describe_keys(keys);
+  Deadline dl = impl_->deadline(timeout);
+  std::string frame;
+  RequestWriter w(frame);
+  w.type(QueryType::kCheck).u64(keys.size());
+  for (const auto& k : keys) w.bytes(impl_->wire_key(k));
+  impl_->send(frame, dl, what);
+  auto b = impl_->read_fixed<uint8_t>(dl, what);
+  if (b == static_cast<uint8_t>(store::CheckResponse::kReady)) return true;
+  if (b == static_cast<uint8_t>(store::CheckResponse::kNotReady)) return false;
+  impl_->protocol_error(what, b);
+}
+
+void StoreClient::wait(const std::vector<std::string>& keys, Duration timeout) {
+  impl_->wait_keys(keys, impl_->deadline(timeout), "wait " + describe_keys(keys));
+}
+
+int64_t StoreClient::num_keys(Duration timeout) {
+  Deadline dl = impl_->deadline(timeout);
+  std::string frame;
+  RequestWriter(frame).type(QueryType::kGetNumKeys);
+  impl_->send(frame, dl, "num_keys");
+  return impl_->read_fixed<int64_t>(dl, "num_keys");
+}
+
+bool StoreClient::delete_key(std::string_view key, Duration timeout) {
+  const std::string what = "delete_key " + util::quote(key);
+  Deadline dl = impl_->deadline(timeout);
+  std::string frame;
+  RequestWriter(frame).type(QueryType::kDeleteKey).bytes(impl_->wire_key(key));
+  impl_->send(frame, dl, what);
+  return impl_->read_fixed<int64_t>(dl, what) == 1;
+}
+
+void StoreClient::append(std::string_view key, std::string_view value, Duration timeout) {
+  std::string frame;
+  RequestWriter(frame).type(QueryType::kAppend).bytes(impl_->wire_key(key)).bytes(value);
+  impl_->send(frame, impl_->deadline(timeout), "append " + util::quote(key));
+}
+
+std::vector<std::string> StoreClient::multi_get(const std::vector<std::string>& keys,
+                                                Duration timeout) {
+  const std::string what = "multi_get " + describe_keys(keys);
+  Deadline dl = impl_->deadline(timeout);
+  impl_->wait_keys(keys, dl, what);
+  std::string frame;
+  RequestWriter w(frame);
+  w.type(QueryType::kMultiGet).u64(keys.size());
+  for (const auto& k : keys) w.bytes(impl_->wire_key(k));
+  impl_->send(frame, dl, what);
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) values.push_back(impl_->read_bytes(dl, what));
+  return values;
+}
+
+void StoreClient::multi_set(const std::vector<std::string>& keys,
+                            const std::vector<std::string>& values, Duration timeout) {
+  if (keys.size() != values.size()) {
+    throw ConfigError("multi_set: " + std::to_string(keys.size()) + " keys but " +
+                      std::to_string(values.size()) + " values");
+  }
+  std::string frame;
+  RequestWriter w(frame);
+  w.type(QueryType::kMultiSet).u64(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) w.bytes(impl_->wire_key(keys[i])).bytes(values[i]);
+  impl_->send(frame, impl_->deadline(timeout), "multi_set " + describe_keys(keys));
+}
+
+void StoreClient::queue_push(std::string_view key, std::string_view value, Duration timeout) {
+  std::string frame;
+  RequestWriter(frame).type(QueryType::kQueuePush).bytes(impl_->wire_key(key)).bytes(value);
+  impl_->send(frame, impl_->deadline(timeout), "queue_push " + util::quote(key));
+}
+
+std::string StoreClient::queue_pop(std::string_view key, Duration timeout) {
+  const std::string what = "queue_pop " + util::quote(key);
+  Deadline dl = impl_->deadline(timeout);
+  // Another consumer may take the element between our WAIT and POP: retry
+  // until the deadline rather than report an empty queue we waited for.
+  for (;;) {
+    impl_->wait_keys({std::string(key)}, dl, what);
+    std::string frame;
+    RequestWriter(frame).type(QueryType::kQueuePop).bytes(impl_->wire_key(key));
+    impl_->send(frame, dl, what);
+    auto len = impl_->read_fixed<int64_t>(dl, what);
+    if (len > 0) return impl_->read_bytes(dl, what);
+    if (dl.expired()) throw TimeoutError("store " + impl_->endpoint + ": " + what + ": timed out");
+  }
+}
+
+int64_t StoreClient::queue_len(std::string_view key, Duration timeout) {
+  const std::string what = "queue_len " + util::quote(key);
+  Deadline dl = impl_->deadline(timeout);
+  std::string frame;
+  RequestWriter(frame).type(QueryType::kQueueLen).bytes(impl_->wire_key(key));
+  impl_->send(frame, dl, what);
+  return impl_->read_fixed<int64_t>(dl, what);
+}
+
+std::vector<std::string> StoreClient::list_keys(Duration timeout) {
+  Deadline dl = impl_->deadline(timeout);
+  std::string frame;
+  RequestWriter(frame).type(QueryType::kListKeys);
+  impl_->send(frame, dl, "list_keys");
+  auto n = impl_->read_fixed<int64_t>(dl, "list_keys");
+  if (n < 0) impl_->protocol_error("list_keys", 0);
+  std::vector<std::string> keys;
+  const std::string& prefix = impl_->options.key_prefix;
+  for (int64_t i = 0; i < n; ++i) {
+    std::string k = impl_->read_bytes(dl, "list_keys");
+    if (k.compare(0, prefix.size(), prefix) == 0) keys.push_back(k.substr(prefix.size()));
+  }
+  return keys;
+}
+
+void StoreClient::barrier(std::string_view key, int64_t world_size, Duration timeout) {
+  const std::string what = "barrier " + util::quote(key);
+  Deadline dl = impl_->deadline(timeout);
+  std::string frame;
+  RequestWriter(frame).type(QueryType::kBarrier).bytes(impl_->wire_key(key)).i64(world_size);
+  impl_->send(frame, dl, what);
+  impl_->await_stop(dl, what);
+}
+
+StoreClient::Duration StoreClient::ping(Duration timeout) {
+  Deadline dl = impl_->deadline(timeout);
+  const auto start = Deadline::Clock::now();
+  const uint32_t nonce = 0x5eed;
+  std::string frame;
+  RequestWriter(frame).type(QueryType::kPing).u32(nonce);
+  impl_->send(frame, dl, "ping");
+  if (impl_->read_fixed<uint32_t>(dl, "ping") != nonce) impl_->protocol_error("ping", 0);
+  return std::chrono::duration_cast<Duration>(Deadline::Clock::now() - start);
+}
+
+}  // namespace elasticrun
