@@ -1,7 +1,6 @@
 // elasticctl: everything that is not launching. For now: `elasticctl store`,
 // a standalone TCPStore-compatible store server.
 #include <CLI/CLI.hpp>
-
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -21,10 +20,11 @@ constexpr int kExitUsage = 2;
 int run_store(const store::ServerOptions& options) {
   store::Server server(options);
   server.bind();
+  // Handlers first: whoever reads the line below may signal us at once.
+  server.stop_on_signals({SIGINT, SIGTERM});
   // Scripts (and our tests) read the chosen port from this line.
   std::printf("elasticctl store: listening on %s:%u\n", server.host().c_str(), server.port());
   std::fflush(stdout);
-  server.stop_on_signals({SIGINT, SIGTERM});
   server.run();
   return kExitOk;
 }
@@ -37,30 +37,37 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "elasticctl 0.1.0");
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "warning", "error", "critical", "off"}));
+      ->check(
+          CLI::IsMember({"trace", "debug", "info", "warn", "warning", "error", "critical", "off"}));
 
   store::ServerOptions store_opts;
   auto* store_cmd = app.add_subcommand(
-      "store", "Run a standalone store that agents and PyTorch workers share (c10d TCPStore protocol)");
+      "store",
+      "Run a standalone store that agents and PyTorch workers share (c10d TCPStore protocol)");
   store_cmd->add_option("--host", store_opts.host, "Address to listen on")->capture_default_str();
-  store_cmd->add_option("--port", store_opts.port, "Port to listen on; 0 picks a free one and prints it")
+  store_cmd
+      ->add_option("--port", store_opts.port, "Port to listen on; 0 picks a free one and prints it")
       ->capture_default_str();
   store_cmd->add_option("--max-key-size", store_opts.limits.max_key_size, "Largest key in bytes")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  store_cmd->add_option("--max-value-size", store_opts.limits.max_value_size, "Largest value in bytes")
+  store_cmd
+      ->add_option("--max-value-size", store_opts.limits.max_value_size, "Largest value in bytes")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  store_cmd->add_option("--max-keys-per-request", store_opts.limits.max_keys_per_request,
-                        "Most keys one CHECK/WAIT/MULTI_GET/MULTI_SET may name")
+  store_cmd
+      ->add_option("--max-keys-per-request", store_opts.limits.max_keys_per_request,
+                   "Most keys one CHECK/WAIT/MULTI_GET/MULTI_SET may name")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  store_cmd->add_option("--max-request-size", store_opts.limits.max_request_size,
-                        "Most bytes of keys and values in one request")
+  store_cmd
+      ->add_option("--max-request-size", store_opts.limits.max_request_size,
+                   "Most bytes of keys and values in one request")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  store_cmd->add_option("--max-buffered-bytes", store_opts.max_buffered_bytes,
-                        "Most bytes of partial requests buffered across all clients")
+  store_cmd
+      ->add_option("--max-buffered-bytes", store_opts.max_buffered_bytes,
+                   "Most bytes of partial requests buffered across all clients")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
 

@@ -1,8 +1,9 @@
 // A blocking client for elasticrun's store and for PyTorch's c10d TCPStore.
 //
-// It speaks the TCPStore wire protocol of PyTorch 2.1 and later
-// (docs/protocol.md), so it works against `elasticctl store`, the store an
-// elasticrun agent hosts, and a `torch.distributed.TCPStore(is_master=True)`.
+// It speaks the TCPStore wire protocol (docs/protocol.md) and opens with
+// VALIDATE and PING, so it works against `elasticctl store`, the store an
+// elasticrun agent hosts, and a `torch.distributed.TCPStore(is_master=True)`
+// of PyTorch 2.5 or later.
 //
 // Keys are prefixed with "/" on the wire by default, exactly as
 // torch.distributed.TCPStore does, so a value set here under "k" is what a
@@ -62,8 +63,8 @@ class StoreClient {
   // Sets desired if the current value equals expected (or the key is absent
   // and expected is empty). Returns the value after the operation; for an
   // absent key with a non-empty expected, returns expected (TCPStore's rule).
-  std::string compare_set(std::string_view key, std::string_view expected,
-                          std::string_view desired, Duration timeout = kDefault);
+  std::string compare_set(std::string_view key, std::string_view expected, std::string_view desired,
+                          Duration timeout = kDefault);
   // True when every key exists now.
   bool check(const std::vector<std::string>& keys, Duration timeout = kDefault);
   // Blocks until every key exists. Throws TimeoutError naming the keys; the

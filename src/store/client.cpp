@@ -66,8 +66,8 @@ struct StoreClient::Impl {
     if (len > kMaxReply) {
       broken = true;
       sock.close();
-      throw StoreError("store " + endpoint + ": " + what + ": reply claims " +
-                       std::to_string(len) + " bytes; not a TCPStore?");
+      throw StoreError("store " + endpoint + ": " + what + ": reply claims " + std::to_string(len) +
+                       " bytes; not a TCPStore?");
     }
     std::string s(len, '\0');
     util::Status st = sock.recv_exact(s.data(), len, dl);
@@ -141,9 +141,12 @@ StoreClient::StoreClient(StoreClient&&) noexcept = default;
 StoreClient& StoreClient::operator=(StoreClient&&) noexcept = default;
 StoreClient::~StoreClient() = default;
 
-const std::string& StoreClient::endpoint() const { return impl_->endpoint; }
+const std::string& StoreClient::endpoint() const {
+  return impl_->endpoint;
+}
 
-StoreClient StoreClient::connect(const std::string& host, uint16_t port, StoreClientOptions options) {
+StoreClient StoreClient::connect(const std::string& host, uint16_t port,
+                                 StoreClientOptions options) {
   const std::string endpoint = util::format_endpoint(host, port);
   Deadline dl = Deadline::after(options.connect_timeout);
   auto sock = util::Socket::connect(host, port, dl);

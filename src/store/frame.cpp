@@ -12,9 +12,9 @@ static_assert(std::endian::native == std::endian::little,
 
 std::string_view query_type_name(QueryType t) {
   static constexpr std::string_view kNames[] = {
-      "VALIDATE",   "SET",       "COMPARE_SET", "GET",        "ADD",       "CHECK",      "WAIT",
-      "GETNUMKEYS", "DELETE_KEY", "APPEND",     "MULTI_GET",  "MULTI_SET", "CANCEL_WAIT", "PING",
-      "QUEUE_PUSH", "QUEUE_POP", "QUEUE_LEN",   "LIST_KEYS",  "BARRIER"};
+      "VALIDATE",   "SET",        "COMPARE_SET", "GET",       "ADD",       "CHECK",       "WAIT",
+      "GETNUMKEYS", "DELETE_KEY", "APPEND",      "MULTI_GET", "MULTI_SET", "CANCEL_WAIT", "PING",
+      "QUEUE_PUSH", "QUEUE_POP",  "QUEUE_LEN",   "LIST_KEYS", "BARRIER"};
   auto i = static_cast<size_t>(t);
   return i < std::size(kNames) ? kNames[i] : "UNKNOWN";
 }
@@ -108,18 +108,19 @@ class Cursor {
 
 // Maps a type byte of PyTorch <= 2.0 to the modern type; false if unsupported.
 bool translate_legacy(uint8_t raw, QueryType& out, std::string& error) {
-  static constexpr QueryType kMap[] = {
-      QueryType::kSet,        QueryType::kCompareSet, QueryType::kGet,
-      QueryType::kAdd,        QueryType::kCheck,      QueryType::kWait,
-      QueryType::kGetNumKeys, QueryType::kValidate /* WATCH_KEY */,
-      QueryType::kDeleteKey,  QueryType::kAppend,     QueryType::kMultiGet,
-      QueryType::kMultiSet,   QueryType::kCancelWait};
+  static constexpr QueryType kMap[] = {QueryType::kSet,        QueryType::kCompareSet,
+                                       QueryType::kGet,        QueryType::kAdd,
+                                       QueryType::kCheck,      QueryType::kWait,
+                                       QueryType::kGetNumKeys, QueryType::kValidate /* WATCH_KEY */,
+                                       QueryType::kDeleteKey,  QueryType::kAppend,
+                                       QueryType::kMultiGet,   QueryType::kMultiSet,
+                                       QueryType::kCancelWait};
   if (raw == static_cast<uint8_t>(LegacyQueryType::kWatchKey)) {
     error = "WATCH_KEY (torch.distributed.TCPStore.watch_key of PyTorch <= 2.0) is not supported";
     return false;
   }
   if (raw >= std::size(kMap)) {
-    error = "unknown query type " + std::to_string(raw) + " for a PyTorch < 2.2 client";
+    error = "unknown query type " + std::to_string(raw) + " for a PyTorch <= 2.0 client";
     return false;
   }
   out = kMap[raw];
@@ -244,8 +245,12 @@ ParseResult parse_request(std::string_view data, Dialect& dialect, const Limits&
   r.consumed = 1 + c.pos();
   return r;
 }
-void ReplyWriter::u32(uint32_t v) { out_.append(reinterpret_cast<const char*>(&v), sizeof(v)); }
-void ReplyWriter::i64(int64_t v) { out_.append(reinterpret_cast<const char*>(&v), sizeof(v)); }
+void ReplyWriter::u32(uint32_t v) {
+  out_.append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+void ReplyWriter::i64(int64_t v) {
+  out_.append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
 void ReplyWriter::bytes(std::string_view v) {
   uint64_t n = v.size();
   out_.append(reinterpret_cast<const char*>(&n), sizeof(n));

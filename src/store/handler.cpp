@@ -5,7 +5,9 @@
 namespace elasticrun::store {
 namespace {
 
-HandleResult fail(std::string why) { return HandleResult{false, std::move(why)}; }
+HandleResult fail(std::string why) {
+  return HandleResult{false, std::move(why)};
+}
 
 }  // namespace
 
@@ -31,7 +33,9 @@ HandleResult Handler::handle(ClientId client, Request& req, std::string& reply, 
     }
     case QueryType::kAdd: {
       auto sum = state_.add(req.keys[0], req.number, woken);
-      if (!sum) return fail("ADD on key " + util::quote(req.keys[0]) + " whose value is not an integer, or overflow");
+      if (!sum)
+        return fail("ADD on key " + util::quote(req.keys[0]) +
+                    " whose value is not an integer, or overflow");
       out.i64(*sum);
       return {};
     }
@@ -51,8 +55,9 @@ HandleResult Handler::handle(ClientId client, Request& req, std::string& reply, 
     case QueryType::kAppend: {
       const std::string* cur = state_.get(req.keys[0]);
       if (cur && cur->size() + req.values[0].size() > limits_.max_value_size) {
-        return fail("APPEND would grow key " + util::quote(req.keys[0]) + " past the value limit of " +
-                    std::to_string(limits_.max_value_size) + " bytes");
+        return fail("APPEND would grow key " + util::quote(req.keys[0]) +
+                    " past the value limit of " + std::to_string(limits_.max_value_size) +
+                    " bytes");
       }
       state_.append(req.keys[0], req.values[0], woken);
       return {};
@@ -94,7 +99,9 @@ HandleResult Handler::handle(ClientId client, Request& req, std::string& reply, 
     }
     case QueryType::kBarrier: {
       auto done = state_.barrier(client, req.keys[0], req.number, woken);
-      if (!done) return fail("BARRIER on key " + util::quote(req.keys[0]) + " whose value is not an integer");
+      if (!done)
+        return fail("BARRIER on key " + util::quote(req.keys[0]) +
+                    " whose value is not an integer");
       if (*done) out.u8(static_cast<uint8_t>(WaitResponse::kStopWaiting));
       return {};
     }

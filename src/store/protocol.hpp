@@ -1,4 +1,4 @@
-// Constants of the c10d TCPStore wire protocol, as PyTorch 2.1+ speaks it.
+// Constants of the c10d TCPStore wire protocol, as PyTorch 2.2+ speaks it.
 // docs/protocol.md is the prose version of this file; keep them in step.
 #pragma once
 
@@ -43,7 +43,8 @@ enum class CheckResponse : uint8_t { kReady = 0, kNotReady = 1 };
 // Replies of WAIT and CANCEL_WAIT.
 enum class WaitResponse : uint8_t { kStopWaiting = 0, kWaitCanceled = 1 };
 
-// The numbering of PyTorch before 2.1 (1.x and 2.0), which has no VALIDATE.
+// The numbering of PyTorch 1.x and 2.0, which have no VALIDATE. (2.1 had a
+// third numbering that cannot be told apart from this one: unsupported.)
 // A connection whose first request is not VALIDATE+magic speaks this dialect;
 // its requests are translated to the modern types above (frame.cpp).
 enum class LegacyQueryType : uint8_t {
@@ -60,8 +61,8 @@ enum class LegacyQueryType : uint8_t {
 
 enum class Dialect : uint8_t {
   kUnknown,  // nothing received yet
-  kModern,   // PyTorch >= 2.1: VALIDATE first
-  kLegacy,   // PyTorch < 2.1
+  kModern,   // PyTorch >= 2.2: VALIDATE first
+  kLegacy,   // PyTorch <= 2.0
 };
 
 // Limits the server enforces on every request. A request that breaks one

@@ -37,6 +37,8 @@ struct Connection {
   // Bytes of a request that has not fully arrived. Empty for idle clients, so
   // an idle connection costs a few hundred bytes.
   std::string partial;
+  // Bytes `partial` must hold before parsing it again can succeed.
+  size_t need = 0;
   // Replies produced but not yet handed to the kernel.
   std::string out;
   size_t in_flight = 0;  // bytes in uv_write requests not yet completed
@@ -183,7 +185,8 @@ struct ServerCore {
   void on_read(Connection* c, ssize_t n, const uv_buf_t* buf) {
     if (n == 0 || c->closing) return;
     if (n < 0) {
-      if (n != UV_EOF) log->debug("connection from {} failed: {}", c->peer, uv_strerror(static_cast<int>(n)));
+      if (n != UV_EOF)
+        log->debug("connection from {} failed: {}", c->peer, uv_strerror(static_cast<int>(n)));
       // A client that vanishes during a WAIT simply stops waiting.
       close(c);
       return;
@@ -195,6 +198,9 @@ struct ServerCore {
     } else {
       if (!account(c, fresh.size())) return;
       c->partial.append(fresh);
+      // A large request arriving in many reads is scanned once it can be
+      // complete, not once per read.
+      if (c->partial.size() < c->need) return;
       size_t used = process(c, c->partial);
       if (!c->closing) {
         buffered_bytes -= used;
@@ -227,7 +233,10 @@ struct ServerCore {
     while (!c->closing && used < data.size()) {
       Request req;
       ParseResult r = parse_request(data.substr(used), c->dialect, options.limits, req);
-      if (r.status == ParseStatus::kIncomplete) break;
+      if (r.status == ParseStatus::kIncomplete) {
+        c->need = r.needed;
+        break;
+      }
       if (r.status == ParseStatus::kInvalid) {
         drop(c, r.error);
         break;
@@ -266,8 +275,10 @@ struct ServerCore {
     c->core = this;
     uv_tcp_init(&loop, &c->tcp);
     c->tcp.data = c;
-    if (uv_accept(reinterpret_cast<uv_stream_t*>(&listener), reinterpret_cast<uv_stream_t*>(&c->tcp)) != 0) {
-      uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), [](uv_handle_t* h) { delete static_cast<Connection*>(h->data); });
+    if (uv_accept(reinterpret_cast<uv_stream_t*>(&listener),
+                  reinterpret_cast<uv_stream_t*>(&c->tcp)) != 0) {
+      uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp),
+               [](uv_handle_t* h) { delete static_cast<Connection*>(h->data); });
       return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
@@ -310,7 +321,8 @@ struct ServerCore {
     if (listening) close_handle(reinterpret_cast<uv_handle_t*>(&listener));
     close_handle(reinterpret_cast<uv_handle_t*>(&stop_async));
     for (uv_signal_t* s : signals) {
-      uv_close(reinterpret_cast<uv_handle_t*>(s), [](uv_handle_t* h) { delete reinterpret_cast<uv_signal_t*>(h); });
+      uv_close(reinterpret_cast<uv_handle_t*>(s),
+               [](uv_handle_t* h) { delete reinterpret_cast<uv_signal_t*>(h); });
     }
     signals.clear();
   }
@@ -329,9 +341,8 @@ struct Server::Impl {
 
 Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
   uv_loop_init(&impl_->core.loop);
-  uv_async_init(&impl_->core.loop, &impl_->core.stop_async, [](uv_async_t* a) {
-    static_cast<ServerCore*>(a->data)->shutdown();
-  });
+  uv_async_init(&impl_->core.loop, &impl_->core.stop_async,
+                [](uv_async_t* a) { static_cast<ServerCore*>(a->data)->shutdown(); });
   impl_->core.stop_async.data = &impl_->core;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -361,7 +372,8 @@ void Server::bind() {
   addrinfo* res = nullptr;
   const std::string where = opt.host + ":" + std::to_string(opt.port);
   int gai = getaddrinfo(opt.host.c_str(), std::to_string(opt.port).c_str(), &hints, &res);
-  if (gai != 0) throw NetworkError("store: cannot resolve listen address " + where + ": " + gai_strerror(gai));
+  if (gai != 0)
+    throw NetworkError("store: cannot resolve listen address " + where + ": " + gai_strerror(gai));
   uv_tcp_init(&core.loop, &core.listener);
   core.listening = true;
   core.listener.data = &core;
@@ -369,20 +381,26 @@ void Server::bind() {
   freeaddrinfo(res);
   if (rc == 0) {
     rc = uv_listen(reinterpret_cast<uv_stream_t*>(&core.listener), opt.listen_backlog,
-                   [](uv_stream_t* s, int status) { static_cast<ServerCore*>(s->data)->on_connection(status); });
+                   [](uv_stream_t* s, int status) {
+                     static_cast<ServerCore*>(s->data)->on_connection(status);
+                   });
   }
   if (rc != 0) throw NetworkError("store: cannot listen on " + where + ": " + uv_strerror(rc));
   sockaddr_storage ss{};
   int len = sizeof(ss);
   uv_tcp_getsockname(&core.listener, reinterpret_cast<sockaddr*>(&ss), &len);
   impl_->port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
-                                                : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+                                               : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
   impl_->bound = true;
   core.log->info("store listening on {}:{}", opt.host, impl_->port);
 }
 
-uint16_t Server::port() const { return impl_->port; }
-const std::string& Server::host() const { return impl_->core.options.host; }
+uint16_t Server::port() const {
+  return impl_->port;
+}
+const std::string& Server::host() const {
+  return impl_->core.options.host;
+}
 
 void Server::stop_on_signals(const std::vector<int>& sigs) {
   for (int signum : sigs) {
@@ -423,6 +441,8 @@ ServerStats Server::stats() const {
   return ServerStats{c.accepted.load(), c.open.load(), c.dropped.load(), c.requests.load()};
 }
 
-int Server::stop_signal() const { return impl_->core.stop_signal.load(); }
+int Server::stop_signal() const {
+  return impl_->core.stop_signal.load();
+}
 
 }  // namespace elasticrun::store

@@ -9,7 +9,11 @@ namespace elasticrun::store {
 std::optional<int64_t> parse_counter(const std::string& text) {
   size_t i = 0;
   while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
-  if (i < text.size() && text[i] == '+') ++i;  // from_chars takes '-' but not '+'
+  // from_chars takes '-' but not '+'; after a '+' no second sign is allowed.
+  if (i < text.size() && text[i] == '+') {
+    ++i;
+    if (i < text.size() && text[i] == '-') return std::nullopt;
+  }
   int64_t v = 0;
   auto [ptr, ec] = std::from_chars(text.data() + i, text.data() + text.size(), v);
   if (ec != std::errc() || ptr == text.data() + i) return std::nullopt;
@@ -67,7 +71,9 @@ void State::append(const std::string& key, const std::string& value, Wakeups& wo
   wake_all(key, woken);
 }
 
-bool State::erase(const std::string& key) { return kv_.erase(key) != 0; }
+bool State::erase(const std::string& key) {
+  return kv_.erase(key) != 0;
+}
 
 std::vector<std::string> State::list_keys() const {
   std::vector<std::string> keys;
@@ -148,20 +154,23 @@ void State::wake_one(const std::string& key, Wakeups& woken) {
   auto it = waiters_.find(key);
   if (it == waiters_.end()) return;
   auto& list = it->second;
-  // One element can satisfy one consumer. Clients whose WAIT also names other
-  // missing keys are skipped (they stay registered) rather than decremented:
-  // an element they cannot take yet must not count as arrived for them.
-  for (auto e = list.begin(); e != list.end(); ++e) {
-    auto w = waits_.find(e->first);
-    if (w == waits_.end() || w->second.remaining != e->second) continue;
-    ClientId client = e->first;
-    size_t count = e->second;
-    list.erase(e);
-    if (list.empty()) waiters_.erase(it);
-    arrive(client, count, key);
-    woken.push_back(client);
-    return;
+  // One element releases at most one consumer, the earliest whose wait it
+  // completes. Waiters passed over on the way also need other keys: for them
+  // the queue counts as arrived, like any key, so they are released when
+  // their other keys come (skipping them instead would leave them waiting
+  // forever once the element is gone). If the element is taken by then, a
+  // blocking queue_pop simply waits again.
+  size_t i = 0;
+  bool released = false;
+  for (; i < list.size() && !released; ++i) {
+    auto [client, count] = list[i];
+    if (arrive(client, count, key)) {
+      woken.push_back(client);
+      released = true;
+    }
   }
+  list.erase(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(i));
+  if (list.empty()) waiters_.erase(it);
 }
 
 void State::queue_push(const std::string& key, std::string value, Wakeups& woken) {

@@ -25,8 +25,8 @@ class State {
   void set(const std::string& key, std::string value, Wakeups& woken);
   // See StoreClient::compare_set for the rule. Wakes waiters on key in every
   // case, as PyTorch does.
-  std::string compare_set(const std::string& key, const std::string& expected,
-                          std::string desired, Wakeups& woken);
+  std::string compare_set(const std::string& key, const std::string& expected, std::string desired,
+                          Wakeups& woken);
   // nullopt when the current value is not a decimal integer or the sum overflows.
   std::optional<int64_t> add(const std::string& key, int64_t delta, Wakeups& woken);
   void append(const std::string& key, const std::string& value, Wakeups& woken);

@@ -26,9 +26,7 @@ class Status {
   // mid-message, EPROTO for a peer that broke the wire format.
   int err() const { return err_; }
   const std::string& context() const { return context_; }
-  std::string message() const {
-    return context_ + ": " + std::strerror(err_);
-  }
+  std::string message() const { return context_ + ": " + std::strerror(err_); }
 
  private:
   int err_ = 0;
@@ -38,7 +36,7 @@ class Status {
 template <typename T>
 class Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit on purpose
+  Result(T value) : v_(std::move(value)) {}       // NOLINT: implicit on purpose
   Result(Status error) : v_(std::move(error)) {}  // NOLINT
 
   bool is_ok() const { return std::holds_alternative<T>(v_); }

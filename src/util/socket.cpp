@@ -90,7 +90,9 @@ std::string format_endpoint(const std::string& host, uint16_t port) {
   return host + ":" + std::to_string(port);
 }
 
-Socket::~Socket() { close(); }
+Socket::~Socket() {
+  close();
+}
 
 Socket& Socket::operator=(Socket&& other) noexcept {
   if (this != &other) {
@@ -126,19 +128,21 @@ Result<Socket> Socket::connect(const std::string& host, uint16_t port, Deadline 
     if (gai != 0) {
       // Name resolution failures are not retried: a typo in --rdzv-endpoint
       // should fail in milliseconds, not after the join timeout.
-      return Status(EHOSTUNREACH, "connect to " + endpoint + ": cannot resolve host: " +
-                                      ::gai_strerror(gai));
+      return Status(EHOSTUNREACH,
+                    "connect to " + endpoint + ": cannot resolve host: " + ::gai_strerror(gai));
     }
     int fd = -1;
     for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
-      int budget = std::min<long long>(deadline.poll_timeout_ms() < 0
-                                           ? options.attempt_timeout.count()
-                                           : deadline.poll_timeout_ms(),
-                                       options.attempt_timeout.count());
+      int budget =
+          std::min<long long>(deadline.poll_timeout_ms() < 0 ? options.attempt_timeout.count()
+                                                             : deadline.poll_timeout_ms(),
+                              options.attempt_timeout.count());
       fd = connect_once(ai, budget);
       if (fd >= 0) break;
-      last_err = -fd;
-      if (!retryable_connect_error(last_err)) break;
+      // Try every address before judging: "localhost" may resolve to ::1
+      // first on a host without IPv6 (EADDRNOTAVAIL) and to 127.0.0.1 next.
+      // A retryable error on any address makes the whole attempt retryable.
+      if (ai == res || retryable_connect_error(-fd)) last_err = -fd;
     }
     ::freeaddrinfo(res);
     if (fd >= 0) {
@@ -146,9 +150,9 @@ Result<Socket> Socket::connect(const std::string& host, uint16_t port, Deadline 
       s.peer_ = endpoint;
       return s;
     }
-    const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             Deadline::Clock::now() - start)
-                             .count();
+    const auto elapsed =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - start)
+            .count();
     attempts += (attempts.empty() ? "" : ", ") + std::string("#") + std::to_string(attempt) +
                 " at " + std::to_string(elapsed) + "ms " + short_error(last_err);
     if (!retryable_connect_error(last_err)) {
