@@ -487,6 +487,31 @@ def render(args, info, tv, load, idle, loadavg, started, elapsed, command) -> st
                  "the connections cost.")
         L.append("")
 
+    if load:
+        top = max(load)
+        o, t = load[top]["ours"], load[top]["torch"]
+        if o["server_sys_us_per_op"] > 0:
+            ceiling = t["server_us_per_op"] / o["server_sys_us_per_op"]
+            L.append(f"## Where the throughput target stands ({top} clients)")
+            L.append("")
+            L.append(
+                f"Each request costs the server one read and one write on a loopback socket "
+                f"plus its share of an epoll_wait, and that kernel time dominates: "
+                f"{o['server_sys_us_per_op']:.1f} us of our {o['server_us_per_op']:.1f} us per "
+                f"request, against {t['server_us_per_op']:.1f} us in all for PyTorch's server, "
+                f"whose system calls are the same. Even with no user-space time at all, our "
+                f"server could be at most {ceiling:.2f}x cheaper per request. And the load "
+                f"generator, which costs about as much per request again, shares the "
+                f"{info['nproc']} CPUs: a second event loop in the server would take CPU from "
+                f"it rather than add throughput. So on this machine the 1.5x target is out of "
+                f"reach for any server design that answers each request with its own read and "
+                f"write; what remains to win is user-space time per request (here "
+                f"{o['server_user_us_per_op']:.1f} us vs {t['server_user_us_per_op']:.1f} us), "
+                f"p99 latency and memory. On a host with spare cores, several event loops "
+                f"(SO_REUSEPORT) would scale where PyTorch's single loop cannot; that is the "
+                f"route to the target, measured on such a host.")
+            L.append("")
+
     L.append("## Method, and what to keep in mind")
     L.append("")
     notes = [

@@ -229,7 +229,7 @@ struct ServerCore {
   // Parses and handles every complete request in data; returns bytes used.
   size_t process(Connection* c, std::string_view data) {
     size_t used = 0;
-    std::string reply;
+    std::string& reply = reply_buffer;
     while (!c->closing && used < data.size()) {
       Request req;
       ParseResult r = parse_request(data.substr(used), c->dialect, options.limits, req);
@@ -257,6 +257,7 @@ struct ServerCore {
   }
 
   std::vector<ClientId> woken;
+  std::string reply_buffer;  // reused for every request: no allocation per reply
 
   void wake(const std::vector<ClientId>& ids) {
     static const char kStop = static_cast<char>(WaitResponse::kStopWaiting);
