@@ -41,12 +41,15 @@ int main(int argc, char** argv) {
           CLI::IsMember({"trace", "debug", "info", "warn", "warning", "error", "critical", "off"}));
 
   store::ServerOptions store_opts;
+  // The default of torchrun's --rdzv-endpoint, the store's main use.
+  store_opts.port = 29400;
   auto* store_cmd = app.add_subcommand(
       "store",
       "Run a standalone store that agents and PyTorch workers share (c10d TCPStore protocol)");
   store_cmd->add_option("--host", store_opts.host, "Address to listen on")->capture_default_str();
   store_cmd
-      ->add_option("--port", store_opts.port, "Port to listen on; 0 picks a free one and prints it")
+      ->add_option("--port", store_opts.port,
+                   "Port to listen on; 0 picks a free one (the port is printed either way)")
       ->capture_default_str();
   store_cmd->add_option("--max-key-size", store_opts.limits.max_key_size, "Largest key in bytes")
       ->capture_default_str()
@@ -63,6 +66,12 @@ int main(int argc, char** argv) {
   store_cmd
       ->add_option("--max-request-size", store_opts.limits.max_request_size,
                    "Most bytes of keys and values in one request")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  store_cmd
+      ->add_option("--max-pending-reply-bytes", store_opts.max_pending_reply_bytes,
+                   "Replies queued for a client that does not read them before the store stops "
+                   "reading its requests")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   store_cmd
