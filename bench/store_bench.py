@@ -18,6 +18,10 @@ This script builds nothing; it refuses to run if a binary is missing.
 
 from __future__ import annotations
 
+import sys as _sys
+_sys.path.insert(0, str(__import__('pathlib').Path(__file__).resolve().parent))
+from report_sections import write_section  # noqa: E402
+
 import argparse
 import ctypes
 import datetime
@@ -676,7 +680,7 @@ def main(argv) -> int:
     load_end = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     report = render(args, info, tv, load, idle, (load_start, load_end), started, elapsed, command)
     if str(args.output) != "-":
-        args.output.write_text(report)
+        write_section(args.output, "store", report)
         print(f"\nwrote {args.output} ({elapsed / 60:.1f} minutes)")
     return 0
 

@@ -1,0 +1,165 @@
+// elasticrun: the per-node launcher, a drop-in for torchrun.
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "agent/agent.hpp"
+#include "agent/worker_env.hpp"
+#include "cli/parse.hpp"
+#include "elasticrun/errors.hpp"
+#include "util/logging.hpp"
+
+namespace {
+
+using namespace elasticrun;
+
+constexpr int kExitUsage = 2;
+
+int cpu_count() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+// GPUs without initialising CUDA in the launcher: the device nodes tell.
+int gpu_count(const std::map<std::string, std::string>& env) {
+  auto visible = env.find("CUDA_VISIBLE_DEVICES");
+  if (visible != env.end()) {
+    if (visible->second.empty()) return 0;
+    int n = 1;
+    for (char c : visible->second) n += c == ',' ? 1 : 0;
+    return n;
+  }
+  int n = 0;
+  while (std::filesystem::exists("/dev/nvidia" + std::to_string(n))) ++n;
+  return n;
+}
+
+std::string find_in_path(const std::string& name, const std::map<std::string, std::string>& env) {
+  auto path = env.find("PATH");
+  if (path == env.end()) return {};
+  size_t start = 0;
+  while (start <= path->second.size()) {
+    size_t end = path->second.find(':', start);
+    if (end == std::string::npos) end = path->second.size();
+    std::filesystem::path candidate =
+        std::filesystem::path(path->second.substr(start, end - start)) / name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    start = end + 1;
+  }
+  return {};
+}
+
+// torchrun runs workers with its own interpreter (sys.executable) unless
+// PYTHON_EXEC says otherwise; a native launcher has none, so it takes the
+// python3 (then python) that PATH finds, which in an activated venv or conda
+// env is that environment's.
+std::string python_executable(const std::map<std::string, std::string>& env) {
+  auto exec = env.find("PYTHON_EXEC");
+  if (exec != env.end() && !exec->second.empty()) return exec->second;
+  for (const char* name : {"python3", "python"}) {
+    std::string p = find_in_path(name, env);
+    if (!p.empty()) return p;
+  }
+  throw ConfigError(
+      "no python3 or python on PATH to run the training script; set PYTHON_EXEC "
+      "or use --no-python");
+}
+
+std::vector<std::string> worker_command(const cli::LaunchConfig& c,
+                                        const std::map<std::string, std::string>& env) {
+  std::vector<std::string> cmd;
+  if (c.no_python) {
+    cmd.push_back(c.training_script);
+  } else if (c.run_path) {
+    cmd = {python_executable(env), "-u", "-c",
+           "import runpy, sys; sys.argv = sys.argv[1:]; "
+           "runpy.run_path(sys.argv[0], run_name='__main__')",
+           c.training_script};
+  } else {
+    cmd = {python_executable(env), "-u"};
+    if (c.module) cmd.push_back("-m");
+    cmd.push_back(c.training_script);
+  }
+  cmd.insert(cmd.end(), c.training_script_args.begin(), c.training_script_args.end());
+  return cmd;
+}
+
+agent::AgentConfig agent_config(const cli::LaunchConfig& c,
+                                const std::map<std::string, std::string>& env) {
+  agent::AgentConfig a;
+  a.worker_command = worker_command(c, env);
+  a.script_name = c.training_script;
+  a.nproc_per_node = c.nproc_per_node;
+  a.nnodes = c.effective_nnodes();
+  a.node_rank = c.node_rank;
+  a.role = c.role;
+  a.run_id = c.rdzv_id;
+  a.max_restarts = c.max_restarts;
+  a.shutdown_timeout = std::chrono::seconds(c.shutdown_timeout);
+  a.signals_to_handle = c.signals_to_handle;
+  a.shutdown_signal = c.shutdown_signal;
+  a.master_addr = c.master_addr;
+  a.master_port = c.master_port;
+  a.virtual_local_rank = c.virtual_local_rank;
+  a.log_dir = c.log_dir.value_or("");
+  for (int r = 0; r < c.nproc_per_node; ++r) {
+    a.redirects.push_back(c.redirects.for_rank(r));
+    a.tee.push_back(c.tee.for_rank(r));
+  }
+  a.local_ranks_filter = c.local_ranks_filter;
+  if (c.log_line_prefix_template) a.log_line_prefix_template = *c.log_line_prefix_template;
+  a.notes = c.notes;
+  auto err = env.find("TORCHELASTIC_ERROR_FILE");
+  if (err != env.end()) a.agent_error_file = err->second;
+
+  if (c.rdzv_backend == "static") {
+    a.standalone = false;
+    if (c.node_rank < 0 || c.node_rank >= a.nnodes) {
+      throw ConfigError("--node-rank " + std::to_string(c.node_rank) + " is not in [0, " +
+                        std::to_string(a.nnodes) + ")");
+    }
+  } else if (c.rdzv_backend == "c10d" && a.nnodes == 1) {
+    // One node: nobody to rendezvous with; host a fresh store per attempt.
+    a.standalone = true;
+  } else {
+    throw ConfigError("--rdzv-backend " + c.rdzv_backend + " with " + std::to_string(a.nnodes) +
+                      " nodes is not supported yet (dynamic rendezvous arrives with elastic "
+                      "membership); use --rdzv-backend static with --node-rank, or --standalone");
+  }
+  return a;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const auto env = agent::current_environment();
+  cli::LaunchConfig config;
+  agent::AgentConfig agent_cfg;
+  try {
+    config = cli::parse_launch_args(std::vector<std::string>(argv + 1, argv + argc), env,
+                                    cpu_count(), gpu_count(env));
+    agent_cfg = agent_config(config, env);
+  } catch (const cli::HelpRequested& h) {
+    std::fputs(h.text.c_str(), stdout);
+    return 0;
+  } catch (const ConfigError& e) {
+    std::cerr << "elasticrun: error: " << e.what() << "\n" << cli::usage();
+    return kExitUsage;
+  }
+  try {
+    return agent::run_agent(agent_cfg);
+  } catch (const ConfigError& e) {
+    std::cerr << "elasticrun: error: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const Error& e) {
+    std::cerr << "elasticrun: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "elasticrun: internal error: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,64 @@
+// The per-node agent: hosts or joins the store, starts the node's workers,
+// watches them, forwards signals, restarts after failures, and reports.
+//
+// One libuv loop carries every event: child exits (SIGCHLD), forwarded
+// signals, and the shutdown timer. The embedded store, when this node hosts
+// it, runs its own loop on a thread of its own, so that thousands of worker
+// connections never delay supervision and vice versa.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace elasticrun::agent {
+
+struct AgentConfig {
+  // Full argv of every worker: "<python> -u [-m] script args..." or the program.
+  std::vector<std::string> worker_command;
+  std::string script_name;  // for the failure report's title
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string role = "default";
+  std::string run_id = "none";
+  int max_restarts = 0;
+  std::chrono::milliseconds shutdown_timeout{30000};
+  // Signals forwarded to the workers (then the run ends with that signal).
+  std::vector<int> signals_to_handle;
+  // Signal that stops workers when the agent stops them (failure, restart).
+  int shutdown_signal = 15;
+
+  // Store and rendezvous. standalone: host a store on a free port of
+  // localhost, a fresh one per attempt. Otherwise node 0 hosts the store on
+  // master_addr:master_port and the others connect to it.
+  bool standalone = true;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::chrono::milliseconds join_timeout{std::chrono::seconds(600)};
+  std::chrono::milliseconds exit_barrier_timeout{std::chrono::seconds(300)};
+
+  // Base directory of the per-attempt log/error directories; empty: a temp dir.
+  std::string log_dir;
+  // torchrun's --redirects and --tee, per local rank: bit 1 stdout, bit 2
+  // stderr. Missing ranks mean 0.
+  std::vector<int> redirects;
+  std::vector<int> tee;
+  // --local-ranks-filter: only these ranks' console output is shown.
+  std::optional<std::set<int>> local_ranks_filter;
+  // Prefix of tee'd console lines; ${role_name} ${rank} ${local_rank} ${hostname}.
+  std::string log_line_prefix_template = "[${role_name}${local_rank}]:";
+  bool virtual_local_rank = false;
+  // Where to write the agent's own error file (its TORCHELASTIC_ERROR_FILE).
+  std::string agent_error_file;
+  // One-line notes printed once before the workers start.
+  std::vector<std::string> notes;
+};
+
+// Runs the job on this node; returns the process exit code (0 all workers
+// succeeded; 1 workers failed; 128+N the run was ended by signal N).
+int run_agent(const AgentConfig& config);
+
+}  // namespace elasticrun::agent

@@ -1,0 +1,27 @@
+// A store server hosted inside the agent, on a thread of its own.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "store/server.hpp"
+
+namespace elasticrun::agent {
+
+class EmbeddedStore {
+ public:
+  // Binds host:port (0: a free port) and starts serving. Throws NetworkError.
+  EmbeddedStore(const std::string& host, int port);
+  ~EmbeddedStore();  // stops the loop and joins the thread
+  EmbeddedStore(const EmbeddedStore&) = delete;
+  EmbeddedStore& operator=(const EmbeddedStore&) = delete;
+
+  int port() const { return server_->port(); }
+
+ private:
+  std::unique_ptr<store::Server> server_;
+  std::thread thread_;
+};
+
+}  // namespace elasticrun::agent

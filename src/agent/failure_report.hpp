@@ -1,0 +1,29 @@
+// torchrun's failure report: every failed worker with time, host, rank, exit
+// code or signal, pid, error file and traceback, and the earliest failure
+// named as the root cause. The layout is torchrun's, so that log scrapers
+// written for torchrun keep working.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "supervisor/worker_group.hpp"
+
+namespace elasticrun::agent {
+
+struct FailureReport {
+  std::string script_name;
+  std::vector<supervisor::WorkerExit> failures;
+  // TORCHELASTIC_ERROR_FILE of each local rank.
+  std::vector<std::string> error_files;
+  // The agent's own TORCHELASTIC_ERROR_FILE, if it has one: the root
+  // cause's error file is copied there (or a message written), as torchrun does.
+  std::string agent_error_file;
+
+  // The text torchrun prints (leading newline included).
+  std::string format(int rank_offset) const;
+  // Prints the report to stderr and writes the agent's error file.
+  void print(int local_world_size, int rank_offset) const;
+};
+
+}  // namespace elasticrun::agent

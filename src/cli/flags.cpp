@@ -1,0 +1,273 @@
+#include "cli/flags.hpp"
+
+#include <cassert>
+#include <cctype>
+
+#include "elasticrun/errors.hpp"
+#include "util/strings.hpp"
+
+namespace elasticrun::cli {
+
+namespace {
+
+constexpr bool kValue = true;
+constexpr bool kSwitch = false;
+constexpr bool kEnv = true;
+constexpr bool kNoEnv = false;
+constexpr Group kTorch = Group::kTorchrun;
+constexpr Group kHyper = Group::kHyperPod;
+
+// Order is --help order. Meanings follow torch/distributed/run.py (2.x); the
+// words are ours, and say what elasticrun does where it differs.
+const std::vector<FlagSpec> kFlags = {
+    {Flag::kHelp, "-h", "--help", kSwitch, kNoEnv, kTorch, "", "", "Show this help and exit."},
+    {Flag::kNnodes, "", "--nnodes", kValue, kEnv, kTorch, "N|MIN:MAX", "1:1",
+     "Number of nodes, or a range MIN:MAX. Until elastic membership arrives a range runs as "
+     "MIN nodes (with a warning)."},
+    {Flag::kNprocPerNode, "", "--nproc-per-node", kValue, kEnv, kTorch, "N|auto|cpu|gpu", "1",
+     "Workers on this node: a number; gpu, one per visible CUDA GPU; cpu, one per usable CPU; "
+     "auto, gpu if there is a GPU, else cpu. (xpu is not supported.)"},
+    {Flag::kRdzvBackend, "", "--rdzv-backend", kValue, kEnv, kTorch, "BACKEND", "static",
+     "Rendezvous backend: static, c10d, etcd or etcd-v2; elasticrun is a synonym of c10d."},
+    {Flag::kRdzvEndpoint, "", "--rdzv-endpoint", kValue, kEnv, kTorch, "HOST[:PORT]", "",
+     "Rendezvous endpoint; the c10d port defaults to 29400. With static and no endpoint, "
+     "MASTER_ADDR:MASTER_PORT."},
+    {Flag::kRdzvId, "", "--rdzv-id", kValue, kEnv, kTorch, "ID", "none",
+     "Job id, the same on every node of the job."},
+    {Flag::kRdzvConf, "", "--rdzv-conf", kValue, kEnv, kTorch, "K=V,...", "",
+     "More rendezvous settings, e.g. timeout=900,join_timeout=600."},
+    {Flag::kStandalone, "", "--standalone", kSwitch, kEnv, kTorch, "", "",
+     "Single node: host the rendezvous on a free local port (c10d, localhost:0, a random id); "
+     "any --rdzv-backend, --rdzv-endpoint or --rdzv-id is ignored."},
+    {Flag::kMaxRestarts, "", "--max-restarts", kValue, kEnv, kTorch, "N", "0",
+     "Restarts of the worker group before the job fails."},
+    {Flag::kMonitorInterval, "", "--monitor-interval", kValue, kEnv, kTorch, "SECONDS", "0.1",
+     "How often the state of the workers is checked."},
+    {Flag::kStartMethod, "", "--start-method", kValue, kEnv, kTorch, "{spawn,fork,forkserver}",
+     "spawn", "Accepted for compatibility: elasticrun always starts workers with fork and exec."},
+    {Flag::kEventLogHandler, "", "--event-log-handler", kValue, kEnv, kTorch, "NAME", "null",
+     "Accepted for compatibility: torchrun's event handlers are Python plugins."},
+    {Flag::kRole, "", "--role", kValue, kEnv, kTorch, "ROLE", "default",
+     "Role of the workers: ROLE_NAME in their environment and the console line prefix."},
+    {Flag::kModule, "-m", "--module", kSwitch, kEnv, kTorch, "", "",
+     "Run TRAINING_SCRIPT as a Python module, like python -m."},
+    {Flag::kNoPython, "", "--no-python", kSwitch, kEnv, kTorch, "", "",
+     "Run TRAINING_SCRIPT itself instead of through python (e.g. a C++ worker)."},
+    {Flag::kRunPath, "", "--run-path", kSwitch, kEnv, kTorch, "", "",
+     "Run the script with Python's runpy.run_path (give an absolute path); takes precedence "
+     "over --no-python and --module."},
+    {Flag::kLogDir, "", "--log-dir", kValue, kEnv, kTorch, "DIR", "",
+     "Base directory for log files; each run writes <rdzv-id>_<random>/attempt_<n>/<local "
+     "rank>/ beneath it."},
+    {Flag::kRedirects, "-r", "--redirects", kValue, kEnv, kTorch, "SPEC", "0",
+     "Send worker streams to log files instead of the console: 0 none, 1 stdout, 2 stderr, 3 "
+     "both, or per local rank like 0:3,1:2 (ranks not named: 0)."},
+    {Flag::kTee, "-t", "--tee", kValue, kEnv, kTorch, "SPEC", "0",
+     "Like --redirects, but the streams reach the console too."},
+    {Flag::kLogLinePrefixTemplate, "", "--log-line-prefix-template", kValue, kEnv, kTorch,
+     "TEMPLATE", "",
+     "Prefix of tee'd console lines; ${role_name}, ${local_rank}, ${rank} and ${hostname} are "
+     "replaced. Default: TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, else [${role_name}${local_rank}]:"},
+    {Flag::kLocalRanksFilter, "", "--local-ranks-filter", kValue, kEnv, kTorch, "RANKS", "",
+     "Only these local ranks (e.g. 0,1) reach the console; log files keep every rank."},
+    {Flag::kDuplicateStdoutFilters, "", "--duplicate-stdout-filters", kValue, kEnv, kTorch,
+     "FILTERS", "",
+     "Also copy stdout lines that contain any of these comma-separated strings to a separate "
+     "file (,, is a literal comma)."},
+    {Flag::kDuplicateStderrFilters, "", "--duplicate-stderr-filters", kValue, kEnv, kTorch,
+     "FILTERS", "", "The same for stderr."},
+    {Flag::kNodeRank, "", "--node-rank", kValue, kEnv, kTorch, "N", "0",
+     "Rank of this node; static rendezvous only."},
+    {Flag::kMasterAddr, "", "--master-addr", kValue, kEnv, kTorch, "ADDR", "127.0.0.1",
+     "Address of node 0 (IPv6 as [::1]); static rendezvous only."},
+    {Flag::kMasterPort, "", "--master-port", kValue, kEnv, kTorch, "PORT", "29500",
+     "Port on node 0; static rendezvous only. Without it a single-node static job runs c10d on "
+     "a free port instead, as torchrun does."},
+    {Flag::kLocalAddr, "", "--local-addr", kValue, kEnv, kTorch, "ADDR", "",
+     "This node's address as the others reach it; default: its FQDN."},
+    {Flag::kLogsSpecs, "", "--logs-specs", kValue, kNoEnv, kTorch, "NAME", "",
+     "Accepted for compatibility: torchrun's LogsSpecs plugins are Python entry points; "
+     "elasticrun keeps torchrun's default log layout."},
+    {Flag::kNumaBinding, "", "--numa-binding", kValue, kNoEnv, kTorch,
+     "{node,socket,exclusive,core-complex}", "",
+     "Accepted for compatibility: NUMA binding is not implemented yet."},
+    {Flag::kSignalsToHandle, "", "--signals-to-handle", kValue, kEnv, kTorch, "SIGNALS",
+     "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+     "Signals passed on to the workers; under SLURM add SIGUSR1,SIGUSR2."},
+    {Flag::kShutdownTimeout, "", "--shutdown-timeout", kValue, kEnv, kTorch, "SECONDS", "",
+     "Grace period between the shutdown signal and SIGKILL. Default: "
+     "TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30."},
+    {Flag::kVirtualLocalRank, "", "--virtual-local-rank", kSwitch, kEnv, kTorch, "", "",
+     "Every worker sees LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES narrowed to its own GPU."},
+    {Flag::kPrintCompletion, "", "--print-completion", kValue, kNoEnv, kTorch, "{bash,zsh,tcsh}",
+     "", "Print a shell completion script for elasticrun and exit."},
+    {Flag::kShutdownSignal, "", "--shutdown-signal", kValue, kEnv, kHyper, "SIGNAL", "SIGTERM",
+     "Signal that asks the workers to stop; SIGKILL follows after --shutdown-timeout."},
+    {Flag::kPreTrainScript, "", "--pre-train-script", kValue, kEnv, kHyper, "PATH", "",
+     "Program run before the workers, at every start and restart."},
+    {Flag::kPreTrainArgs, "", "--pre-train-args", kValue, kEnv, kHyper, "ARGS", "",
+     "Arguments of --pre-train-script: one string, split into words like a shell does."},
+    {Flag::kPostTrainScript, "", "--post-train-script", kValue, kEnv, kHyper, "PATH", "",
+     "Program run after the workers end, at every start and restart."},
+    {Flag::kPostTrainArgs, "", "--post-train-args", kValue, kEnv, kHyper, "ARGS", "",
+     "Arguments of --post-train-script, like --pre-train-args."},
+    {Flag::kServerHost, "", "--server-host", kValue, kEnv, kHyper, "HOST", "0.0.0.0",
+     "Accepted, but the HTTP control API is not implemented yet."},
+    {Flag::kServerPort, "", "--server-port", kValue, kEnv, kHyper, "PORT", "8080",
+     "Accepted, but the HTTP control API is not implemented yet."},
+};
+
+constexpr size_t kWidth = 100;
+const std::string kNoBreak = "\x01";
+constexpr size_t kHelpColumn = 34;
+
+// Appends `text` word-wrapped to kWidth, every line after the first indented by `indent`.
+void wrap(std::string& out, std::string_view text, size_t column, size_t indent) {
+  while (!text.empty()) {
+    const auto end = text.find(' ');
+    const auto word = text.substr(0, end);
+    if (column > indent && column + 1 + word.size() > kWidth) {
+      out += '\n' + std::string(indent, ' ');
+      column = indent;
+    } else if (column > indent) {
+      out += ' ';
+      ++column;
+    }
+    for (char c : word) out += c == kNoBreak[0] ? ' ' : c;
+    column += word.size();
+    text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
+  }
+}
+
+void append_group(std::string& out, Group group, std::string_view title) {
+  out += '\n';
+  out += title;
+  out += ":\n";
+  for (const auto& f : kFlags) {
+    if (f.group != group) continue;
+    std::string left = "  ";
+    if (!f.short_name.empty()) left += std::string(f.short_name) + ", ";
+    left += f.long_name;
+    if (f.takes_value) left += " " + std::string(f.metavar);
+    out += left;
+    size_t column = left.size();
+    if (column + 2 > kHelpColumn) {
+      out += '\n';
+      column = 0;
+    }
+    out += std::string(kHelpColumn - column, ' ');
+    std::string help(f.help);
+    // kNoBreak keeps "[default: X]" on one line.
+    if (!f.default_text.empty())
+      help += " [default:" + kNoBreak + std::string(f.default_text) + "]";
+    wrap(out, help, kHelpColumn, kHelpColumn);
+    out += '\n';
+  }
+}
+
+std::vector<std::string> all_long_spellings() {
+  std::vector<std::string> names;
+  for (const auto& f : kFlags) {
+    for (auto& s : f.spellings()) {
+      if (s.starts_with("--")) names.push_back(std::move(s));
+    }
+  }
+  return names;
+}
+
+}  // namespace
+
+std::string FlagSpec::upper(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string FlagSpec::dest() const {
+  std::string d(long_name.substr(2));
+  for (auto& c : d) {
+    if (c == '-') c = '_';
+  }
+  return d;
+}
+
+std::vector<std::string> FlagSpec::spellings() const {
+  std::vector<std::string> out{std::string(long_name)};
+  const std::string underscore = "--" + dest();
+  if (underscore != long_name) out.push_back(underscore);
+  if (!short_name.empty()) out.emplace_back(short_name);
+  return out;
+}
+
+const std::vector<FlagSpec>& flag_table() {
+  return kFlags;
+}
+
+const FlagSpec& flag_spec(Flag id) {
+  const auto& spec = kFlags[static_cast<size_t>(id)];
+  assert(spec.id == id);  // kFlags is in enum order
+  return spec;
+}
+
+std::string help_text() {
+  std::string out = "usage: elasticrun [options] TRAINING_SCRIPT [SCRIPT_ARGS ...]\n\n";
+  wrap(out,
+       "Starts --nproc-per-node workers running TRAINING_SCRIPT on this node and supervises "
+       "them: a drop-in replacement for torchrun. Everything after TRAINING_SCRIPT is passed to "
+       "it untouched, flags included.",
+       0, 0);
+  out += "\n\n";
+  std::string_view intro =
+      "Flags take --flag VALUE or --flag=VALUE, and both spellings (--nproc-per-node, "
+      "--nproc_per_node). A flag that is not given is read from PET_<NAME> in the environment "
+      "(e.g. PET_NPROC_PER_NODE=8), except";
+  std::string no_env;
+  for (const auto& f : kFlags) {
+    if (!f.env_fallback && f.id != Flag::kHelp) no_env += " " + std::string(f.long_name) + ",";
+  }
+  no_env.back() = '.';
+  std::string paragraph = std::string(intro) + no_env;
+  wrap(out, paragraph, 0, 0);
+  out += '\n';
+  append_group(out, Group::kTorchrun, "torchrun-compatible");
+  append_group(out, Group::kHyperPod, "HyperPod-compatible (hyperpodrun)");
+  return out;
+}
+
+std::string completion_script(std::string_view shell) {
+  std::string words;
+  for (const auto& name : all_long_spellings()) words += (words.empty() ? "" : " ") + name;
+  if (shell == "bash") {
+    return "# bash completion for elasticrun\n"
+           "_elasticrun() {\n"
+           "  local cur=\"${COMP_WORDS[COMP_CWORD]}\"\n"
+           "  if [[ \"$cur\" == -* ]]; then\n"
+           "    COMPREPLY=($(compgen -W \"-h -m -r -t " +
+           words +
+           "\" -- \"$cur\"))\n"
+           "  else\n"
+           "    COMPREPLY=($(compgen -f -- \"$cur\"))\n"
+           "  fi\n"
+           "}\n"
+           "complete -o filenames -F _elasticrun elasticrun\n";
+  }
+  if (shell == "zsh") {
+    std::string out = "#compdef elasticrun\n_arguments -S \\\n";
+    for (const auto& f : kFlags) {
+      for (const auto& s : f.spellings()) {
+        out += "  '" + s + (f.takes_value ? "=" : "") + "[" + std::string(f.long_name) + "]" +
+               (f.takes_value ? ":value:" : "") + "' \\\n";
+      }
+    }
+    return out + "  '1:training script:_files' \\\n  '*::script arguments:_normal'\n";
+  }
+  if (shell == "tcsh") {
+    std::string names;
+    for (const auto& name : all_long_spellings())
+      names += (names.empty() ? "" : " ") + name.substr(2);
+    return "complete elasticrun 'c/--/(" + names + ")/' 'p/*/f/'\n";
+  }
+  throw ConfigError("--print-completion " + util::quote(shell) +
+                    ": expected one of bash, zsh, tcsh");
+}
+
+}  // namespace elasticrun::cli

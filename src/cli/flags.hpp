@@ -1,0 +1,88 @@
+// The table of elasticrun's launch flags: spellings, environment fallback,
+// help text. parse.cpp parses against it; --help and --print-completion are
+// generated from it, so they cannot drift from what is accepted.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace elasticrun::cli {
+
+enum class Flag {
+  kHelp,
+  kNnodes,
+  kNprocPerNode,
+  kRdzvBackend,
+  kRdzvEndpoint,
+  kRdzvId,
+  kRdzvConf,
+  kStandalone,
+  kMaxRestarts,
+  kMonitorInterval,
+  kStartMethod,
+  kEventLogHandler,
+  kRole,
+  kModule,
+  kNoPython,
+  kRunPath,
+  kLogDir,
+  kRedirects,
+  kTee,
+  kLogLinePrefixTemplate,
+  kLocalRanksFilter,
+  kDuplicateStdoutFilters,
+  kDuplicateStderrFilters,
+  kNodeRank,
+  kMasterAddr,
+  kMasterPort,
+  kLocalAddr,
+  kLogsSpecs,
+  kNumaBinding,
+  kSignalsToHandle,
+  kShutdownTimeout,
+  kVirtualLocalRank,
+  kPrintCompletion,
+  kShutdownSignal,
+  kPreTrainScript,
+  kPreTrainArgs,
+  kPostTrainScript,
+  kPostTrainArgs,
+  kServerHost,
+  kServerPort,
+  kCount,
+};
+
+enum class Group { kTorchrun, kHyperPod };
+
+struct FlagSpec {
+  Flag id;
+  std::string_view short_name;  // "-m", or empty
+  std::string_view long_name;   // dash spelling; the underscore one is derived
+  bool takes_value;             // false: a switch (argparse store_true / check_env)
+  bool env_fallback;            // reads PET_<DEST> when not given, as torchrun's `env` action
+  Group group;
+  std::string_view metavar;
+  std::string_view default_text;  // for --help; empty: none shown
+  std::string_view help;
+
+  // "nproc_per_node": argparse's dest, which names the PET_ variable.
+  std::string dest() const;
+  std::string env_name() const { return "PET_" + upper(dest()); }
+  // Every spelling the command line accepts: long, underscore long, short.
+  std::vector<std::string> spellings() const;
+
+ private:
+  static std::string upper(std::string s);
+};
+
+const std::vector<FlagSpec>& flag_table();
+const FlagSpec& flag_spec(Flag id);
+
+// The complete, grouped --help text.
+std::string help_text();
+// A completion script for bash, zsh or tcsh (--print-completion); throws
+// ConfigError for any other shell.
+std::string completion_script(std::string_view shell);
+
+}  // namespace elasticrun::cli

@@ -1,0 +1,391 @@
+#include "cli/parse.hpp"
+
+#include <array>
+#include <initializer_list>
+#include <optional>
+#include <random>
+#include <string_view>
+#include <tuple>
+
+#include "cli/flags.hpp"
+#include "cli/tokenize.hpp"
+#include "elasticrun/errors.hpp"
+#include "util/strings.hpp"
+
+namespace elasticrun::cli {
+
+namespace {
+
+using Given = FlagValues;
+
+[[noreturn]] void fail(const std::string& message) {
+  throw ConfigError(message);
+}
+
+std::string random_run_id() {
+  std::random_device rd;
+  std::array<unsigned char, 16> b{};
+  for (auto& byte : b) byte = static_cast<unsigned char>(rd());
+  b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);  // version 4, like uuid.uuid4()
+  b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    out += kHex[b[i] >> 4];
+    out += kHex[b[i] & 0xf];
+  }
+  return out;
+}
+
+int resolve_nproc(const Raw& raw, int cpu_count, int gpu_count) {
+  const std::string& spec = raw.text;
+  int n = 0;
+  if (spec == "cpu") {
+    n = cpu_count;
+  } else if (spec == "gpu") {
+    if (gpu_count <= 0) fail(raw.origin + " 'gpu': no CUDA GPU is visible to this process");
+    n = gpu_count;
+  } else if (spec == "auto") {
+    n = gpu_count > 0 ? gpu_count : cpu_count;
+  } else if (spec == "xpu") {
+    fail(raw.origin + " 'xpu': elasticrun does not support Intel XPUs");
+  } else {
+    try {
+      n = parse_int(raw.origin, spec);
+    } catch (const ConfigError&) {
+      fail(raw.origin + " " + util::quote(spec) + ": expected a number, auto, cpu or gpu");
+    }
+  }
+  if (n < 1) fail(raw.origin + " " + util::quote(spec) + ": must be at least 1 worker");
+  return n;
+}
+
+int parse_port(const Raw& raw) {
+  const int port = parse_int(raw.origin, raw.text);
+  if (port < 0 || port > 65535) {
+    fail(raw.origin + " " + util::quote(raw.text) + ": a port must be between 0 and 65535");
+  }
+  return port;
+}
+
+bool parse_switch(const Raw& raw) {
+  return parse_int(raw.origin, raw.text) != 0;
+}
+
+void check_choice(const Raw& raw, std::initializer_list<std::string_view> choices) {
+  std::string list;
+  for (auto c : choices) {
+    if (raw.text == c) return;
+    list += (list.empty() ? "" : ", ") + std::string(c);
+  }
+  fail(raw.origin + " " + util::quote(raw.text) + ": expected one of " + list);
+}
+
+// Converts one flag's text into `c`. Derivations that involve several flags
+// come later, in derive().
+void convert(LaunchConfig& c, Flag id, const Raw& r) {
+  const std::string& t = r.text;
+  switch (id) {
+    case Flag::kNnodes:
+      std::tie(c.nnodes_min, c.nnodes_max) = parse_nnodes(r.origin, t);
+      c.nnodes_spec = t;
+      break;
+    case Flag::kNprocPerNode:
+      c.nproc_per_node_spec = t;
+      break;
+    case Flag::kRdzvBackend:
+      c.rdzv_backend = t;
+      break;
+    case Flag::kRdzvEndpoint:
+      c.rdzv_endpoint = t;
+      break;
+    case Flag::kRdzvId:
+      c.rdzv_id = t;
+      break;
+    case Flag::kRdzvConf:
+      c.rdzv_conf = parse_rdzv_conf(r.origin, t);
+      break;
+    case Flag::kStandalone:
+      c.standalone = parse_switch(r);
+      break;
+    case Flag::kMaxRestarts:
+      c.max_restarts = parse_int(r.origin, t);
+      if (c.max_restarts < 0) fail(r.origin + " " + util::quote(t) + ": must not be negative");
+      break;
+    case Flag::kMonitorInterval:
+      c.monitor_interval = parse_double(r.origin, t);
+      if (c.monitor_interval < 0) fail(r.origin + " " + util::quote(t) + ": must not be negative");
+      break;
+    case Flag::kStartMethod:
+      check_choice(r, {"spawn", "fork", "forkserver"});
+      c.start_method = t;
+      break;
+    case Flag::kEventLogHandler:
+      c.event_log_handler = t;
+      break;
+    case Flag::kRole:
+      c.role = t;
+      break;
+    case Flag::kModule:
+      c.module = parse_switch(r);
+      break;
+    case Flag::kNoPython:
+      c.no_python = parse_switch(r);
+      break;
+    case Flag::kRunPath:
+      c.run_path = parse_switch(r);
+      break;
+    case Flag::kLogDir:
+      c.log_dir = t;
+      break;
+    case Flag::kRedirects:
+      c.redirects = parse_std_streams(r.origin, t);
+      break;
+    case Flag::kTee:
+      c.tee = parse_std_streams(r.origin, t);
+      break;
+    // torchrun: `args.log_line_prefix_template or $TORCHELASTIC_...`: empty means unset.
+    case Flag::kLogLinePrefixTemplate:
+      if (!t.empty()) c.log_line_prefix_template = t;
+      break;
+    case Flag::kLocalRanksFilter:
+      c.local_ranks_filter = parse_local_ranks(r.origin, t);
+      break;
+    case Flag::kDuplicateStdoutFilters:
+      c.duplicate_stdout_filters = parse_comma_list(t);
+      break;
+    case Flag::kDuplicateStderrFilters:
+      c.duplicate_stderr_filters = parse_comma_list(t);
+      break;
+    case Flag::kNodeRank:
+      c.node_rank = parse_int(r.origin, t);
+      if (c.node_rank < 0) fail(r.origin + " " + util::quote(t) + ": must not be negative");
+      break;
+    case Flag::kMasterAddr:
+      c.master_addr = t;
+      break;
+    case Flag::kMasterPort:
+      c.master_port = parse_port(r);
+      break;
+    case Flag::kLocalAddr:
+      c.local_addr = t;
+      break;
+    case Flag::kLogsSpecs:
+      c.logs_specs = t;
+      break;
+    case Flag::kNumaBinding:
+      check_choice(r, {"node", "socket", "exclusive", "core-complex"});
+      c.numa_binding = t;
+      break;
+    case Flag::kSignalsToHandle:
+      c.signals_to_handle = parse_signal_list(r.origin, t);
+      break;
+    case Flag::kShutdownTimeout:
+      c.shutdown_timeout = parse_int(r.origin, t);
+      if (c.shutdown_timeout < 0) fail(r.origin + " " + util::quote(t) + ": must not be negative");
+      break;
+    case Flag::kVirtualLocalRank:
+      c.virtual_local_rank = parse_switch(r);
+      break;
+    case Flag::kShutdownSignal:
+      c.shutdown_signal = parse_signal(r.origin, t);
+      break;
+    case Flag::kPreTrainScript:
+      c.pre_train_script = t;
+      break;
+    case Flag::kPreTrainArgs:
+      c.pre_train_args = split_shell_words(r.origin, t);
+      break;
+    case Flag::kPostTrainScript:
+      c.post_train_script = t;
+      break;
+    case Flag::kPostTrainArgs:
+      c.post_train_args = split_shell_words(r.origin, t);
+      break;
+    case Flag::kServerHost:
+      c.server_host = t;
+      break;
+    case Flag::kServerPort:
+      c.server_port = parse_port(r);
+      break;
+    case Flag::kHelp:
+    case Flag::kPrintCompletion:
+    case Flag::kCount:
+      break;
+  }
+}
+
+const std::optional<Raw>& given(const Given& g, Flag id) {
+  return g[static_cast<size_t>(id)];
+}
+
+std::string origin(const Given& g, Flag id) {
+  const auto& raw = given(g, id);
+  return raw ? raw->origin : std::string(flag_spec(id).long_name);
+}
+
+// torchrun's run(): --standalone, or a single-node static job that names no
+// master port, gets a private c10d rendezvous on a free port.
+void derive_rendezvous(LaunchConfig& c, const Given& g) {
+  if (c.standalone) {
+    std::string ignored;
+    for (Flag id : {Flag::kRdzvBackend, Flag::kRdzvEndpoint, Flag::kRdzvId}) {
+      if (given(g, id)) ignored += (ignored.empty() ? "" : ", ") + origin(g, id);
+    }
+    if (!ignored.empty()) {
+      c.notes.push_back("--standalone: ignoring " + ignored +
+                        "; a standalone job hosts c10d on localhost:0 with a random id");
+    }
+    c.rdzv_backend = "c10d";
+    c.rdzv_endpoint = "localhost:0";
+    c.rdzv_id = random_run_id();
+  } else if (c.rdzv_backend == "static" && c.rdzv_endpoint.empty() &&
+             !given(g, Flag::kMasterPort) && c.nnodes_max == 1) {
+    if (given(g, Flag::kRdzvId)) {
+      c.notes.push_back(origin(g, Flag::kRdzvId) + " " + util::quote(c.rdzv_id) +
+                        ": ignored; a single-node static job without --master-port runs c10d "
+                        "on a free port with a random id, as torchrun does");
+    }
+    c.rdzv_backend = "c10d";
+    c.rdzv_endpoint = "localhost:0";
+    c.rdzv_id = random_run_id();
+  }
+  if (c.rdzv_backend == "elasticrun") c.rdzv_backend = "c10d";
+  const std::string& b = c.rdzv_backend;
+  if (b != "static" && b != "c10d" && b != "etcd" && b != "etcd-v2") {
+    fail(origin(g, Flag::kRdzvBackend) + " " + util::quote(b) +
+         ": unknown rendezvous backend; expected static, c10d, etcd, etcd-v2 or elasticrun");
+  }
+  if (b == "static") {
+    if (c.node_rank >= c.nnodes_max) {
+      fail(origin(g, Flag::kNodeRank) + " " + std::to_string(c.node_rank) +
+           ": out of range for --nnodes " + c.nnodes_spec + " (static node ranks are 0 to " +
+           std::to_string(c.nnodes_max - 1) + ")");
+    }
+    if (c.rdzv_endpoint.empty()) {
+      if (c.master_port == 0 && c.nnodes_max > 1) {
+        fail(origin(g, Flag::kMasterPort) +
+             " 0: the other nodes cannot find a port picked at random; give a fixed port");
+      }
+      c.rdzv_endpoint = c.master_addr + ":" + std::to_string(c.master_port);
+      parse_endpoint("--master-addr/--master-port", c.rdzv_endpoint, -1);
+    } else {
+      parse_endpoint(origin(g, Flag::kRdzvEndpoint), c.rdzv_endpoint, -1);
+    }
+    return;
+  }
+  parse_endpoint(origin(g, Flag::kRdzvEndpoint), c.rdzv_endpoint, b == "c10d" ? 29400 : 2379);
+  if (c.node_rank != 0) {
+    c.notes.push_back(origin(g, Flag::kNodeRank) + " " + std::to_string(c.node_rank) +
+                      ": ignored; only the static backend uses it");
+  }
+  for (Flag id : {Flag::kMasterAddr, Flag::kMasterPort}) {
+    if (given(g, id)) {
+      c.notes.push_back(origin(g, id) + ": ignored; only the static backend uses it");
+    }
+  }
+}
+
+// How the worker command is built (config_from_args): normalised so the agent
+// need not know torchrun's precedence (run-path over no-python and module).
+void derive_command(LaunchConfig& c, const Given& g) {
+  if (c.run_path) {
+    for (Flag id : {Flag::kModule, Flag::kNoPython}) {
+      if (given(g, id) && parse_switch(*given(g, id))) {
+        c.notes.push_back(origin(g, id) + ": ignored; --run-path takes precedence");
+      }
+    }
+    c.module = false;
+    c.no_python = false;
+  } else if (c.module && c.no_python) {
+    fail(origin(g, Flag::kModule) + " and " + origin(g, Flag::kNoPython) +
+         " exclude each other: without python there is nothing to run a module with");
+  }
+}
+
+void derive_notes(LaunchConfig& c, const Given& g) {
+  const auto note = [&](Flag id, const std::string& why) {
+    c.notes.push_back(origin(g, id) + " " + util::quote(given(g, id)->text) + ": " + why);
+  };
+  if (c.nnodes_min < c.nnodes_max) {
+    c.notes.push_back(origin(g, Flag::kNnodes) + " " + c.nnodes_spec +
+                      ": elastic MIN:MAX arrives with elastic membership; treated as MIN=MAX (" +
+                      std::to_string(c.nnodes_min) + (c.nnodes_min == 1 ? " node" : " nodes") +
+                      ") for now");
+  }
+  if (given(g, Flag::kStartMethod)) {
+    note(Flag::kStartMethod, "ignored; elasticrun always starts workers with fork and exec");
+  }
+  if (c.event_log_handler != "null") {
+    note(Flag::kEventLogHandler, "ignored; torchrun's event handlers are Python plugins");
+  }
+  if (c.logs_specs) {
+    note(Flag::kLogsSpecs,
+         "ignored; LogsSpecs plugins are Python entry points, elasticrun keeps torchrun's "
+         "default log layout");
+  }
+  if (c.numa_binding) note(Flag::kNumaBinding, "ignored; NUMA binding is not implemented yet");
+  for (Flag id : {Flag::kServerHost, Flag::kServerPort}) {
+    if (given(g, id)) note(id, "accepted, but the HTTP control API is not implemented yet");
+  }
+  if (!c.pre_train_script && given(g, Flag::kPreTrainArgs)) {
+    note(Flag::kPreTrainArgs, "ignored without --pre-train-script");
+  }
+  if (!c.post_train_script && given(g, Flag::kPostTrainArgs)) {
+    note(Flag::kPostTrainArgs, "ignored without --post-train-script");
+  }
+}
+
+void derive(LaunchConfig& c, const Given& g, const std::map<std::string, std::string>& env,
+            int cpu_count, int gpu_count) {
+  derive_rendezvous(c, g);
+  derive_command(c, g);
+  c.nproc_per_node = resolve_nproc(
+      given(g, Flag::kNprocPerNode).value_or(Raw{c.nproc_per_node_spec, "--nproc-per-node"}),
+      cpu_count, gpu_count);
+  // torchrun's LaunchConfig.__post_init__ and config_from_args read these two.
+  constexpr const char* kShutdownEnv = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
+  if (const auto it = env.find(kShutdownEnv);
+      !given(g, Flag::kShutdownTimeout) && it != env.end()) {
+    c.shutdown_timeout = parse_int(kShutdownEnv, it->second);
+    if (c.shutdown_timeout < 0) fail(std::string(kShutdownEnv) + ": must not be negative");
+  }
+  const auto prefix = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+  if (!c.log_line_prefix_template && prefix != env.end() && !prefix->second.empty()) {
+    c.log_line_prefix_template = prefix->second;
+  }
+  derive_notes(c, g);
+}
+
+}  // namespace
+
+LaunchConfig parse_launch_args(const std::vector<std::string>& args,
+                               const std::map<std::string, std::string>& env, int cpu_count,
+                               int gpu_count) {
+  Tokens tokens = tokenize(args);
+  if (!tokens.script) fail("missing TRAINING_SCRIPT (the program each worker runs)");
+  for (const auto& spec : flag_table()) {
+    auto& slot = tokens.given[static_cast<size_t>(spec.id)];
+    if (slot || !spec.env_fallback) continue;
+    // As torchrun's `env` action: a variable that is set counts, even when empty.
+    if (const auto it = env.find(spec.env_name()); it != env.end()) {
+      slot = Raw{it->second, spec.env_name()};
+    }
+  }
+  LaunchConfig c;
+  for (const auto& spec : flag_table()) {
+    if (const auto& raw = tokens.given[static_cast<size_t>(spec.id)]) convert(c, spec.id, *raw);
+  }
+  c.training_script = std::move(*tokens.script);
+  c.training_script_args = std::move(tokens.script_args);
+  derive(c, tokens.given, env, cpu_count, gpu_count);
+  return c;
+}
+
+std::string usage() {
+  return "usage: elasticrun [options] TRAINING_SCRIPT [SCRIPT_ARGS ...]\n"
+         "Run 'elasticrun --help' for the options.\n";
+}
+
+}  // namespace elasticrun::cli

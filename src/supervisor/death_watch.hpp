@@ -1,0 +1,42 @@
+// Kills the agent's worker process groups when the agent dies, however it dies.
+//
+// A worker's parent-death signal covers the worker itself, but not what the
+// worker forked: when the agent is SIGKILLed those grandchildren would be
+// orphaned. The death watch is a tiny process forked at startup that holds
+// the read end of a pipe whose only write end the agent holds. The agent
+// tells it each process group it starts and retires. When the pipe reaches
+// EOF (the agent exited or was killed: the kernel closes its descriptors
+// either way) the watch sends SIGKILL to every group still registered and
+// exits. It sits in a process group of its own and ignores the terminal's
+// signals, so a Ctrl-C or a kill of the agent's group does not take it first.
+#pragma once
+
+#include <sys/types.h>
+
+#include "util/result.hpp"
+
+namespace elasticrun::supervisor {
+
+class DeathWatch {
+ public:
+  DeathWatch() = default;
+  ~DeathWatch();  // retires the watch (closes the pipe) and reaps it
+  DeathWatch(const DeathWatch&) = delete;
+  DeathWatch& operator=(const DeathWatch&) = delete;
+
+  // Forks the watch. Call early, before threads hold locks the child might need
+  // (the child only calls read, kill and _exit).
+  util::Status start();
+  bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+
+  // Registers / retires a process group. Cheap (one small write); best effort.
+  void add(pid_t pgid);
+  void remove(pid_t pgid);
+
+ private:
+  pid_t pid_ = -1;
+  int write_fd_ = -1;
+};
+
+}  // namespace elasticrun::supervisor

@@ -1,0 +1,110 @@
+#include "supervisor/log_pump.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "elasticrun/errors.hpp"
+
+namespace elasticrun::supervisor {
+namespace {
+
+void write_all(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;  // a closed console or full disk must not stop supervision
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+}  // namespace
+
+int LogPump::add(int file_fd, int console_fd, std::string prefix) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("log pipe: ") + std::strerror(errno));
+  auto s = std::make_unique<Stream>();
+  s->owner = this;
+  s->read_fd = fds[0];
+  s->file_fd = file_fd;
+  s->console_fd = console_fd;
+  s->prefix = std::move(prefix);
+  uv_pipe_init(loop_, &s->pipe, 0);
+  s->pipe.data = s.get();
+  uv_pipe_open(&s->pipe, fds[0]);
+  uv_read_start(
+      reinterpret_cast<uv_stream_t*>(&s->pipe),
+      [](uv_handle_t* h, size_t, uv_buf_t* buf) {
+        auto* st = static_cast<Stream*>(h->data);
+        *buf = uv_buf_init(st->owner->buffer_, sizeof(st->owner->buffer_));
+      },
+      [](uv_stream_t* h, ssize_t n, const uv_buf_t* buf) {
+        auto* st = static_cast<Stream*>(h->data);
+        if (n > 0) {
+          st->owner->on_data(*st, buf->base, static_cast<size_t>(n));
+        } else if (n < 0) {
+          st->owner->flush_partial(*st);
+          uv_read_stop(h);
+        }
+      });
+  streams_.push_back(std::move(s));
+  return fds[1];
+}
+
+void LogPump::on_data(Stream& s, const char* data, size_t n) {
+  if (s.file_fd >= 0) write_all(s.file_fd, data, n);
+  if (s.console_fd < 0) return;
+  size_t start = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (data[i] != '\n') continue;
+    // One write per line, prefix included: the kernel keeps it whole.
+    std::string line = s.prefix;
+    line += s.partial;
+    line.append(data + start, i + 1 - start);
+    s.partial.clear();
+    write_all(s.console_fd, line.data(), line.size());
+    start = i + 1;
+  }
+  s.partial.append(data + start, n - start);
+  if (s.partial.size() >= kMaxLine) {
+    s.partial += '\n';
+    flush_partial(s);
+  }
+}
+
+void LogPump::flush_partial(Stream& s) {
+  if (s.partial.empty() || s.console_fd < 0) {
+    s.partial.clear();
+    return;
+  }
+  std::string line = s.prefix + s.partial;
+  if (line.back() != '\n') line += '\n';
+  s.partial.clear();
+  write_all(s.console_fd, line.data(), line.size());
+}
+
+void LogPump::drain_and_close() {
+  for (auto& s : streams_) {
+    if (s->closed) continue;
+    // The loop may not have seen the last bytes yet: read them directly.
+    int flags = ::fcntl(s->read_fd, F_GETFL);
+    ::fcntl(s->read_fd, F_SETFL, flags | O_NONBLOCK);
+    for (;;) {
+      ssize_t n = ::read(s->read_fd, buffer_, sizeof(buffer_));
+      if (n > 0) {
+        on_data(*s, buffer_, static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      break;
+    }
+    flush_partial(*s);
+    s->closed = true;
+    uv_close(reinterpret_cast<uv_handle_t*>(&s->pipe), nullptr);
+  }
+}
+
+}  // namespace elasticrun::supervisor

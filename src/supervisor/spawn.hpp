@@ -1,0 +1,43 @@
+// Starting a worker process with a clean slate.
+//
+// The child gets its own process group (so a signal to -pgid reaches the
+// worker and everything it forked), the default disposition and an empty mask
+// for every signal, a parent-death signal (so a worker dies with its agent even
+// when the agent is SIGKILLed), the given environment and standard streams,
+// and no other inherited descriptor. An exec failure is reported to the
+// parent synchronously through a close-on-exec pipe, so "no such file" is an
+// error from spawn(), not a mysterious exit code 127 later.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "util/result.hpp"
+
+namespace elasticrun::supervisor {
+
+struct SpawnSpec {
+  // argv[0] is looked up in PATH when it has no slash.
+  std::vector<std::string> argv;
+  // The complete environment, "NAME=value" each.
+  std::vector<std::string> env;
+  // Descriptors for the child's stdin, stdout and stderr; -1 keeps the parent's.
+  int stdin_fd = -1;
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+  // Working directory; empty keeps the parent's.
+  std::string cwd;
+  // Signal the child receives when the thread that spawned it dies.
+  int parent_death_signal = 9;  // SIGKILL
+};
+
+// Forks and execs. Returns the child's pid, which is also its process group id.
+util::Result<pid_t> spawn(const SpawnSpec& spec);
+
+// Makes this process a child subreaper: orphaned descendants are reparented to
+// it (not to init), so the agent reaps grandchildren and can account for them.
+util::Status become_subreaper();
+
+}  // namespace elasticrun::supervisor
