@@ -113,6 +113,16 @@ agent::AgentConfig agent_config(const cli::LaunchConfig& c,
   a.local_ranks_filter = c.local_ranks_filter;
   if (c.log_line_prefix_template) a.log_line_prefix_template = *c.log_line_prefix_template;
   a.notes = c.notes;
+  if (c.pre_train_script) {
+    a.pre_train_command = {*c.pre_train_script};
+    a.pre_train_command.insert(a.pre_train_command.end(), c.pre_train_args.begin(),
+                               c.pre_train_args.end());
+  }
+  if (c.post_train_script) {
+    a.post_train_command = {*c.post_train_script};
+    a.post_train_command.insert(a.post_train_command.end(), c.post_train_args.begin(),
+                                c.post_train_args.end());
+  }
   auto err = env.find("TORCHELASTIC_ERROR_FILE");
   if (err != env.end()) a.agent_error_file = err->second;
 
@@ -150,6 +160,12 @@ int main(int argc, char** argv) {
     std::cerr << "elasticrun: error: " << e.what() << "\n" << cli::usage();
     return kExitUsage;
   }
+  // torchrun exports the list to its workers (and our env map is what they inherit).
+  std::string handled;
+  for (int sig : config.signals_to_handle) {
+    handled += (handled.empty() ? "" : ",") + cli::signal_name(sig);
+  }
+  ::setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", handled.c_str(), 1);
   try {
     return agent::run_agent(agent_cfg);
   } catch (const ConfigError& e) {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -43,9 +44,12 @@ fs::path make_run_dir(const AgentConfig& c) {
     base = c.log_dir;
     fs::create_directories(base);
   } else {
-    std::string tmpl = (fs::temp_directory_path() / "torchelastic_XXXXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw Error("cannot create a temp directory: " + tmpl);
-    base = tmpl;
+    // Python's mkdtemp(prefix="torchelastic_"): 8 characters of [a-z0-9_].
+    for (;;) {
+      base = fs::temp_directory_path() / ("torchelastic_" + random_suffix());
+      if (fs::create_directory(base)) break;
+    }
+    fs::permissions(base, fs::perms::owner_all, fs::perm_options::replace);
   }
   for (;;) {
     fs::path dir = base / (c.run_id + "_" + random_suffix());
@@ -249,6 +253,27 @@ class Attempt {
   std::shared_ptr<spdlog::logger> log_ = util::logger("agent");
 };
 
+// Runs a pre/post-train hook to completion; returns its exit status
+// (128+N when killed by signal N, 127 when it could not start).
+int run_hook(const char* what, const std::vector<std::string>& cmd,
+             const std::map<std::string, std::string>& env) {
+  auto log = util::logger("agent");
+  supervisor::SpawnSpec spec;
+  spec.argv = cmd;
+  spec.env = to_envp(env);
+  auto pid = supervisor::spawn(spec);
+  if (!pid.is_ok()) {
+    log->error("{} script: {}", what, pid.status().message());
+    return 127;
+  }
+  int status = 0;
+  while (::waitpid(pid.value(), &status, 0) < 0 && errno == EINTR) {
+  }
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (code != 0) log->warn("{} script {} exited with {}", what, cmd[0], code);
+  return code;
+}
+
 void wait_at_exit_barrier(const AgentConfig& c, int store_port);
 
 // Every agent of a multi-node job waits here until all have finished, so
@@ -361,21 +386,33 @@ int run_agent(const AgentConfig& config) {
       specs.push_back(std::move(s));
     }
 
-    Attempt attempt(config, watch, restart);
-    Outcome outcome = attempt.run(std::move(specs), logs);
+    Outcome outcome = Outcome::kFailed;
+    std::vector<WorkerExit> attempt_failures;
+    int stop_signal = 0;
+    if (!config.pre_train_command.empty() &&
+        run_hook("pre-train", config.pre_train_command, base) != 0) {
+      log->error("pre-train script failed: the workers of attempt {} do not start", restart);
+    } else {
+      Attempt attempt(config, watch, restart);
+      outcome = attempt.run(std::move(specs), logs);
+      attempt_failures = attempt.failures();
+      stop_signal = attempt.stop_signal();
+    }
+    if (!config.post_train_command.empty()) run_hook("post-train", config.post_train_command, base);
     if (outcome == Outcome::kSucceeded) {
       exit_barrier(config, a.master_port);
       log->info("all {} worker(s) succeeded", config.nproc_per_node);
       return 0;
     }
     if (outcome == Outcome::kSignaled) {
-      return 128 + attempt.stop_signal();
+      return 128 + stop_signal;
     }
-    failures = attempt.failures();
+    failures = attempt_failures;
     if (restart < config.max_restarts) {
       log->warn("restarting workers ({} of {} restarts used)", restart + 1, config.max_restarts);
       continue;
     }
+    if (failures.empty()) return 1;  // the pre-train script failed; already logged
     FailureReport report{config.script_name, failures, eo.error_files, config.agent_error_file};
     report.print(config.nproc_per_node, a.rank_offset);
     return 1;

@@ -53,6 +53,11 @@ struct AgentConfig {
   bool virtual_local_rank = false;
   // Where to write the agent's own error file (its TORCHELASTIC_ERROR_FILE).
   std::string agent_error_file;
+  // hyperpodrun's --pre-train-script / --post-train-script with their args:
+  // run to completion before each attempt's workers start and after they
+  // exit. Empty: none. A failing pre-train script fails the attempt.
+  std::vector<std::string> pre_train_command;
+  std::vector<std::string> post_train_command;
   // One-line notes printed once before the workers start.
   std::vector<std::string> notes;
 };

@@ -1,10 +1,13 @@
 #include "agent/failure_report.hpp"
 
 #include <netdb.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -15,18 +18,45 @@ namespace {
 
 constexpr const char* kNotAvailable = "<N/A>";
 
+// The name Python's signal.Signals gives a number, as torchrun prints it:
+// glibc's abbreviations except where Python's enum picks another alias, and
+// "<N/A>" for real-time signals other than SIGRTMIN and SIGRTMAX.
+std::string python_signal_name(int sig) {
+  if (sig == SIGIO) return "SIGIO";
+  if (sig == SIGABRT) return "SIGABRT";
+  if (sig == SIGCHLD) return "SIGCHLD";
+  if (sig == SIGRTMIN) return "SIGRTMIN";
+  if (sig == SIGRTMAX) return "SIGRTMAX";
+  if (sig > SIGRTMIN && sig < SIGRTMAX) return kNotAvailable;
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : kNotAvailable;
+}
+
+// Python's socket.getfqdn(), which torchrun prints: the first of the name
+// and aliases that gethostbyaddr(gethostname()) returns containing a dot,
+// else that name, else the host name.
 std::string fqdn() {
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
   addrinfo hints{};
-  hints.ai_flags = AI_CANONNAME;
+  hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  std::string name = host;
-  if (::getaddrinfo(host, nullptr, &hints, &res) == 0) {
-    if (res && res->ai_canonname) name = res->ai_canonname;
-    ::freeaddrinfo(res);
+  if (::getaddrinfo(host, nullptr, &hints, &res) != 0 || res == nullptr) return host;
+  hostent* he = nullptr;
+  if (res->ai_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(res->ai_addr);
+    he = ::gethostbyaddr(&a->sin_addr, sizeof(a->sin_addr), AF_INET);
+  } else if (res->ai_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(res->ai_addr);
+    he = ::gethostbyaddr(&a->sin6_addr, sizeof(a->sin6_addr), AF_INET6);
   }
-  return name;
+  ::freeaddrinfo(res);
+  if (he == nullptr || he->h_name == nullptr) return host;
+  if (std::strchr(he->h_name, '.')) return he->h_name;
+  for (char** alias = he->h_aliases; alias && *alias; ++alias) {
+    if (std::strchr(*alias, '.')) return *alias;
+  }
+  return he->h_name;
 }
 
 // Message and timestamp of one failure, read from its error file when the
@@ -37,6 +67,21 @@ struct Detail {
   std::time_t timestamp = 0;
 };
 
+// A JSON timestamp as Python's int() takes it: a number or decimal text.
+std::time_t json_time(const nlohmann::json& v) {
+  if (v.is_number()) return static_cast<std::time_t>(v.get<double>());
+  return static_cast<std::time_t>(std::stoll(v.get<std::string>()));
+}
+
+std::string indent_continuations(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    out += c;
+    if (c == '\n') out += "  ";
+  }
+  return out;
+}
+
 Detail detail_of(const supervisor::WorkerExit& e, const std::string& error_file) {
   Detail d;
   d.timestamp = std::chrono::system_clock::to_time_t(e.when);
@@ -44,40 +89,57 @@ Detail detail_of(const supervisor::WorkerExit& e, const std::string& error_file)
   if (in) {
     try {
       auto j = nlohmann::json::parse(in);
-      d.error_file = error_file;
       const auto& m = j.at("message");
       if (m.is_string()) {
+        // torchrun shows a plain message as written, and a missing
+        // timestamp counts as 0 (which makes it the root cause).
         d.message = m.get<std::string>();
-        if (j.contains("timestamp")) d.timestamp = std::stoll(j["timestamp"].get<std::string>());
+        d.timestamp = j.contains("timestamp") ? json_time(j["timestamp"]) : 0;
       } else {
         const auto& extra = m.value("extraInfo", nlohmann::json::object());
-        d.message = extra.contains("py_callstack") ? extra["py_callstack"].get<std::string>()
-                                                   : m.value("message", std::string(kNotAvailable));
-        if (extra.contains("timestamp"))
-          d.timestamp = std::stoll(extra["timestamp"].get<std::string>());
+        d.message = indent_continuations(extra.contains("py_callstack")
+                                             ? extra["py_callstack"].get<std::string>()
+                                             : m.value("message", std::string(kNotAvailable)));
+        if (extra.contains("timestamp")) d.timestamp = json_time(extra["timestamp"]);
       }
+      d.error_file = error_file;
     } catch (const std::exception&) {
       // A torn or foreign file: report the failure without it.
       d.error_file = kNotAvailable;
       d.message.clear();
+      d.timestamp = std::chrono::system_clock::to_time_t(e.when);
     }
   }
   if (d.message.empty()) {
     d.message =
         e.term_signal != 0
-            ? "Signal " + std::to_string(e.term_signal) + " (" +
-                  supervisor::signal_name(e.term_signal) + ") received by PID " +
-                  std::to_string(e.pid)
+            ? "Signal " + std::to_string(e.term_signal) + " (" + python_signal_name(e.term_signal) +
+                  ") received by PID " + std::to_string(e.pid)
             : "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
   }
-  // Indent continuation lines of a traceback under "traceback :".
-  std::string indented;
-  for (char c : d.message) {
-    indented += c;
-    if (c == '\n') indented += "  ";
-  }
-  d.message = indented;
   return d;
+}
+
+const std::string& error_file_of(const std::vector<std::string>& files, int local_rank) {
+  static const std::string kNone;
+  return static_cast<size_t>(local_rank) < files.size() ? files[static_cast<size_t>(local_rank)]
+                                                        : kNone;
+}
+
+// The root cause: the earliest timestamp, ties to the first observed.
+// " (SIGKILL)" after the pid, or nothing where Python has no name.
+std::string signal_suffix(int sig) {
+  if (sig == 0) return "";
+  std::string name = python_signal_name(sig);
+  return name == kNotAvailable ? "" : " (" + name + ")";
+}
+
+size_t root_cause(const std::vector<Detail>& details) {
+  size_t root = 0;
+  for (size_t i = 1; i < details.size(); ++i) {
+    if (details[i].timestamp < details[root].timestamp) root = i;
+  }
+  return root;
 }
 
 std::string iso_time(std::time_t t) {
@@ -93,15 +155,10 @@ std::string iso_time(std::time_t t) {
 std::string FailureReport::format(int rank_offset) const {
   if (failures.empty()) return {};
   const std::string host = fqdn();
-  size_t root = 0;
   std::vector<Detail> details;
-  for (size_t i = 0; i < failures.size(); ++i) {
-    const auto& e = failures[i];
-    details.push_back(detail_of(e, static_cast<size_t>(e.local_rank) < error_files.size()
-                                       ? error_files[static_cast<size_t>(e.local_rank)]
-                                       : std::string()));
-    if (details[i].timestamp < details[root].timestamp) root = i;
-  }
+  for (const auto& e : failures)
+    details.push_back(detail_of(e, error_file_of(error_files, e.local_rank)));
+  const size_t root = root_cause(details);
   const std::string title = script_name + " FAILED";
   size_t width = title.size();
   std::vector<std::string> blocks;
@@ -114,8 +171,8 @@ std::string FailureReport::format(int rank_offset) const {
       << "  time      : " << iso_time(d.timestamp) << "\n"
       << "  host      : " << host << "\n"
       << "  rank      : " << rank_offset + e.local_rank << " (local_rank: " << e.local_rank << ")\n"
-      << "  exitcode  : " << exitcode << " (pid: " << e.pid << ") "
-      << (e.term_signal != 0 ? " (" + supervisor::signal_name(e.term_signal) + ")" : "") << "\n"
+      << "  exitcode  : " << exitcode << " (pid: " << e.pid << ") " << signal_suffix(e.term_signal)
+      << "\n"
       << "  error_file: " << d.error_file << "\n"
       << "  traceback : " << d.message;
     std::string block = b.str();
@@ -140,15 +197,13 @@ void FailureReport::print(int /*local_world_size*/, int rank_offset) const {
   std::fprintf(stderr, "%s\n", text.c_str());
   std::fflush(stderr);
   if (agent_error_file.empty() || failures.empty()) return;
-  // The root cause's own error file, when it wrote one; else a message.
-  size_t root = 0;
-  for (size_t i = 1; i < failures.size(); ++i) {
-    if (failures[i].when < failures[root].when) root = i;
-  }
-  const auto& e = failures[root];
-  std::ifstream src(static_cast<size_t>(e.local_rank) < error_files.size()
-                        ? error_files[static_cast<size_t>(e.local_rank)]
-                        : std::string());
+  // The root cause (chosen as format() does) and its own error file, when
+  // it wrote one.
+  std::vector<Detail> details;
+  for (const auto& f : failures)
+    details.push_back(detail_of(f, error_file_of(error_files, f.local_rank)));
+  const auto& e = failures[root_cause(details)];
+  std::ifstream src(error_file_of(error_files, e.local_rank));
   std::ofstream dst(agent_error_file, std::ios::trunc);
   nlohmann::json copied;
   bool have_copy = false;

@@ -17,7 +17,9 @@ struct FailureReport {
   // TORCHELASTIC_ERROR_FILE of each local rank.
   std::vector<std::string> error_files;
   // The agent's own TORCHELASTIC_ERROR_FILE, if it has one: the root
-  // cause's error file is copied there (or a message written), as torchrun does.
+  // cause's error file is copied there with errorCode added, as torchrun
+  // does; when the root cause wrote none, a short message is written (torchrun
+  // writes nothing and only logs, leaving the parent without a reason).
   std::string agent_error_file;
 
   // The text torchrun prints (leading newline included).

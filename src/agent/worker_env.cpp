@@ -1,7 +1,6 @@
 #include "agent/worker_env.hpp"
 
 #include <cctype>
-#include <sstream>
 
 #include "elasticrun/errors.hpp"
 
@@ -10,12 +9,16 @@ extern char** environ;
 namespace elasticrun::agent {
 namespace {
 
+// Python's str.split(","): empty fields are kept ("" is one empty field).
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(item);
-  return out;
+  size_t start = 0;
+  for (;;) {
+    size_t comma = s.find(',', start);
+    out.push_back(s.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
 }
 
 std::string trim(const std::string& s) {

@@ -31,8 +31,9 @@ struct WorkerEnvOptions {
 };
 
 // The environment of local rank `local_rank`: the agent's own environment
-// (base) with torchrun's variables set on top. OMP_NUM_THREADS=1 and
-// TORCH_NCCL_ASYNC_ERROR_HANDLING=1 are added only when not already set.
+// (base) with torchrun's variables set on top. TORCH_NCCL_ASYNC_ERROR_HANDLING
+// keeps the base's value, else 1. (OMP_NUM_THREADS=1 is the agent's to put in
+// base, when it runs more than one worker and the variable is unset.)
 std::map<std::string, std::string> worker_env(const std::map<std::string, std::string>& base,
                                               const Assignment& a, const WorkerEnvOptions& o,
                                               int local_rank);

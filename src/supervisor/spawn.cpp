@@ -26,7 +26,7 @@ enum Step : int { kSetpgid = 1, kSignals, kDeathSignal, kOrphaned, kDup, kChdir,
 const char* step_name(int step) {
   switch (step) {
     case kSetpgid:
-      return "setpgid";
+      return "setsid";
     case kSignals:
       return "resetting signals";
     case kDeathSignal:
@@ -64,6 +64,12 @@ void close_other_fds(int keep) {
 }  // namespace
 
 util::Result<pid_t> spawn(const SpawnSpec& spec) {
+  auto pending = start_spawn(spec);
+  if (!pending.is_ok()) return pending.status();
+  return finish_spawn(pending.value());
+}
+
+util::Result<PendingSpawn> start_spawn(const SpawnSpec& spec) {
   if (spec.argv.empty()) return util::Status(EINVAL, "spawn: empty command");
   // Everything the child needs is prepared before fork: it may not allocate.
   std::vector<char*> argv;
@@ -86,7 +92,10 @@ util::Result<pid_t> spawn(const SpawnSpec& spec) {
   pid_t pid = ::fork();
   if (pid == 0) {
     ::close(report[0]);
-    if (::setpgid(0, 0) != 0) child_fail(report[1], kSetpgid);
+    // A session of its own, as torchrun's start_new_session: its own process
+    // group (pgid = pid) and no controlling terminal, so a Ctrl-C reaches
+    // the agent only and the agent decides what the workers get.
+    if (::setsid() < 0) child_fail(report[1], kSetpgid);
     for (int sig = 1; sig < NSIG; ++sig) {
       if (sig == SIGKILL || sig == SIGSTOP) continue;
       ::signal(sig, SIG_DFL);  // fails harmlessly for the RT signals glibc reserves
@@ -123,22 +132,26 @@ util::Result<pid_t> spawn(const SpawnSpec& spec) {
     ::close(report[0]);
     return util::Status(fork_errno, "spawn " + spec.argv[0] + ": fork");
   }
-  // Also set the group from the parent: whichever runs first, the group
-  // exists before anyone signals -pid. EACCES after the child's exec is fine.
-  ::setpgid(pid, pid);
+  // No setpgid from this side: it would make the child a group leader and
+  // its setsid() fail. The group exists once finish_spawn() returns.
+  return PendingSpawn{pid, report[0], spec.argv[0]};
+}
 
+util::Result<pid_t> finish_spawn(PendingSpawn& pending) {
+  const pid_t pid = pending.pid;
   ChildError e{};
   ssize_t n;
   do {
-    n = ::read(report[0], &e, sizeof(e));
+    n = ::read(pending.report_fd, &e, sizeof(e));
   } while (n < 0 && errno == EINTR);
-  ::close(report[0]);
+  ::close(pending.report_fd);
+  pending.report_fd = -1;
   if (n == static_cast<ssize_t>(sizeof(e))) {
     // The child is exiting with 127 right after its report: collect it here so
     // that a failed spawn leaves no zombie for the caller to account for.
     while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
-    return util::Status(e.err, "spawn " + spec.argv[0] + ": " + step_name(e.step));
+    return util::Status(e.err, "spawn " + pending.program + ": " + step_name(e.step));
   }
   return pid;
 }

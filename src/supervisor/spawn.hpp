@@ -1,7 +1,8 @@
 // Starting a worker process with a clean slate.
 //
-// The child gets its own process group (so a signal to -pgid reaches the
-// worker and everything it forked), the default disposition and an empty mask
+// The child gets its own session and process group (so a signal to -pgid
+// reaches the worker and everything it forked, and a terminal's Ctrl-C only
+// the agent), the default disposition and an empty mask
 // for every signal, a parent-death signal (so a worker dies with its agent even
 // when the agent is SIGKILLed), the given environment and standard streams,
 // and no other inherited descriptor. An exec failure is reported to the
@@ -35,6 +36,18 @@ struct SpawnSpec {
 
 // Forks and execs. Returns the child's pid, which is also its process group id.
 util::Result<pid_t> spawn(const SpawnSpec& spec);
+
+// spawn() in two halves, so that many workers exec in parallel: start_spawn
+// forks and returns at once; finish_spawn waits until that child has exec'd
+// (or reports why it could not, reaping it). Every started spawn must be
+// finished.
+struct PendingSpawn {
+  pid_t pid = -1;
+  int report_fd = -1;
+  std::string program;
+};
+util::Result<PendingSpawn> start_spawn(const SpawnSpec& spec);
+util::Result<pid_t> finish_spawn(PendingSpawn& pending);
 
 // Makes this process a child subreaper: orphaned descendants are reparented to
 // it (not to init), so the agent reaps grandchildren and can account for them.

@@ -23,23 +23,41 @@ std::string WorkerExit::describe() const {
 util::Status WorkerGroup::start(const std::vector<SpawnSpec>& specs) {
   workers_.clear();
   exits_.clear();
+  // Fork every worker first, then wait for their execs: the workers start in
+  // parallel, which is most of a restart's latency on a many-GPU node.
+  std::vector<PendingSpawn> pending;
+  util::Status failure;
+  size_t failed_rank = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
-    auto pid = spawn(specs[i]);
-    if (!pid.is_ok()) {
-      signal_all(SIGKILL);
-      for (auto& w : workers_) {
-        while (::waitpid(w.pid, nullptr, 0) < 0 && errno == EINTR) {
-        }
-        w.exited = true;
-      }
-      forget();
-      return util::Status(pid.status().err(),
-                          "local rank " + std::to_string(i) + ": " + pid.status().context());
+    auto p = start_spawn(specs[i]);
+    if (!p.is_ok()) {
+      failure = p.status();
+      failed_rank = i;
+      break;
     }
-    workers_.push_back(Worker{pid.value(), false});
-    if (watch_) watch_->add(pid.value());
+    pending.push_back(p.value());
   }
-  return util::Status::ok();
+  for (size_t i = 0; i < pending.size(); ++i) {
+    auto pid = finish_spawn(pending[i]);
+    if (pid.is_ok()) {
+      workers_.push_back(Worker{pid.value(), false});
+      if (watch_) watch_->add(pid.value());
+    } else if (failure.is_ok()) {
+      failure = pid.status();
+      failed_rank = i;
+    }
+  }
+  if (failure.is_ok()) return failure;
+  signal_all(SIGKILL);
+  for (auto& w : workers_) {
+    while (::waitpid(w.pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    w.exited = true;
+  }
+  forget();
+  workers_.clear();
+  return util::Status(failure.err(),
+                      "local rank " + std::to_string(failed_rank) + ": " + failure.context());
 }
 
 std::vector<WorkerExit> WorkerGroup::reap() {
