@@ -24,6 +24,7 @@
 #include "agent/failure_report.hpp"
 #include "agent/worker_env.hpp"
 #include "elasticrun/errors.hpp"
+#include "temp_dir.hpp"
 
 namespace ag = elasticrun::agent;
 namespace sv = elasticrun::supervisor;
@@ -33,25 +34,7 @@ using Env = std::map<std::string, std::string>;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "elasticrun-agent-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data()))
-      throw std::runtime_error("mkdtemp: " + std::string(strerror(errno)));
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using TempDir = elasticrun::test::TempDir;
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -94,8 +94,7 @@ TEST_CASE("a value over max_value_size gets the connection dropped, one at the l
   CHECK(before.get("at-limit") == std::string(1024, 'y'));
 }
 
-TEST_CASE("values that together exceed max_request_size get the connection dropped",
-          "[server]") {
+TEST_CASE("values that together exceed max_request_size get the connection dropped", "[server]") {
   ServerOptions o;
   o.limits.max_value_size = 1024;
   o.limits.max_request_size = 2048;

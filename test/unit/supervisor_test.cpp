@@ -35,6 +35,7 @@
 #include "supervisor/log_pump.hpp"
 #include "supervisor/spawn.hpp"
 #include "supervisor/worker_group.hpp"
+#include "temp_dir.hpp"
 
 namespace sv = elasticrun::supervisor;
 namespace fs = std::filesystem;
@@ -45,27 +46,7 @@ namespace {
 constexpr std::chrono::seconds kPatience{30};
 const std::string kPath = "PATH=/usr/local/bin:/usr/bin:/bin";
 
-// A fresh directory per test, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "elasticrun-supervisor-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data()))
-      throw std::runtime_error("mkdtemp: " + std::string(strerror(errno)));
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using TempDir = elasticrun::test::TempDir;
 
 class UniqueFd {
  public:
