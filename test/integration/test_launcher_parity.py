@@ -16,6 +16,7 @@ repeat the first. Each scenario has its own directory.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import socket
@@ -336,9 +337,23 @@ def test_workers_get_the_command_line_torchrun_gives_them(pairs, name):
             return [local(run, v) for v in value]
         return value.replace(str(run.workdir), "<workdir>")
 
+    def interpreter(path: str) -> str:
+        # torchrun runs its own sys.executable, elasticrun the python3 (or
+        # python) that PATH finds; in a venv those are two names of one
+        # interpreter (.venv/bin/python and python3 link to the same file).
+        return os.path.realpath(path) if os.path.basename(path).startswith("python") else path
+
+    def normalized(run: Run, record: dict, field_: str):
+        value = local(run, record[field_])
+        if field_ == "executable":
+            return interpreter(value)
+        if field_ == "orig_argv" and value:
+            return [interpreter(value[0])] + value[1:]
+        return value
+
     for key in sorted(t.records):
         for field_ in ("argv", "orig_argv", "executable"):
-            tv, ev = local(t, t.records[key][field_]), local(e, e.records[key][field_])
+            tv, ev = normalized(t, t.records[key], field_), normalized(e, e.records[key], field_)
             assert tv == ev, f"{name}, rank {key[0]}: {field_}: torchrun {tv} elasticrun {ev}"
 
 
