@@ -3,7 +3,8 @@
 Starts `elasticctl store` on a free port, talks to it with PyTorch's own
 TCPStore client, then runs four gloo workers that rendezvous through it the
 way workers under an elasticrun agent do (TORCHELASTIC_USE_AGENT_STORE=True)
-and all-reduce a tensor. Run through scripts/demo.sh.
+and all-reduce a tensor; finally launches the same workers with
+`elasticrun --standalone`. Run through scripts/demo.sh.
 """
 
 import argparse
@@ -34,6 +35,8 @@ def start_store(elasticctl):
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--elasticctl", default="build/release/elasticctl")
+    ap.add_argument("--elasticrun", default="build/release/elasticrun",
+                    help="also launch the workers with elasticrun ('' to skip)")
     args = ap.parse_args()
 
     import torch.distributed as dist
@@ -65,6 +68,19 @@ def main():
         print(f"[demo] {WORLD_SIZE} gloo workers rendezvoused through the store and all-reduced "
               f"in {elapsed:.1f}s: {'OK' if ok else f'FAILED (exit codes {codes})'}")
         print(f"[demo] keys in the store now: {client.num_keys()}")
+
+        if args.elasticrun:
+            # The same workers, launched the torchrun way: the agent hosts the
+            # store itself and gives each worker torchrun's environment.
+            start = time.monotonic()
+            code_er = subprocess.call(
+                [args.elasticrun, "--standalone", "--nproc-per-node", str(WORLD_SIZE),
+                 "--tee", "3", os.path.join(HERE, "allreduce_worker.py")],
+                env=dict(os.environ, ELASTICRUN_LOG_LEVEL="warn"))
+            print(f"[demo] elasticrun --standalone --nproc-per-node {WORLD_SIZE}: "
+                  f"{'OK' if code_er == 0 else f'FAILED (exit {code_er})'} "
+                  f"in {time.monotonic() - start:.1f}s")
+            ok = ok and code_er == 0
     finally:
         store_proc.send_signal(signal.SIGTERM)
         code = store_proc.wait(timeout=10)
