@@ -1,6 +1,8 @@
 #include "agent/agent.hpp"
 
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -253,6 +255,23 @@ class Attempt {
   std::shared_ptr<spdlog::logger> log_ = util::logger("agent");
 };
 
+// The first address a name resolves to, as text ("127.0.0.1", "::1"); the
+// name itself when it does not resolve.
+std::string resolve_numeric(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return host;
+  char buf[INET6_ADDRSTRLEN] = {};
+  std::string out = host;
+  if (::getnameinfo(res->ai_addr, res->ai_addrlen, buf, sizeof(buf), nullptr, 0, NI_NUMERICHOST) ==
+      0) {
+    out = buf;
+  }
+  ::freeaddrinfo(res);
+  return out;
+}
+
 // Runs a pre/post-train hook to completion; returns its exit status
 // (128+N when killed by signal N, 127 when it could not start).
 int run_hook(const char* what, const std::vector<std::string>& cmd,
@@ -338,7 +357,13 @@ int run_agent(const AgentConfig& config) {
     job_store = std::make_unique<EmbeddedStore>(config.master_addr, config.master_port);
   }
 
+  // Where "localhost" points, looked up once: a restart should not wait on
+  // the resolver.
+  const std::string standalone_bind = config.standalone ? resolve_numeric("localhost") : "";
   std::vector<WorkerExit> failures;
+  // The store of the attempt before, stopping on its own thread while the
+  // next attempt starts; joined when it is replaced or at exit.
+  std::unique_ptr<EmbeddedStore> retired_store;
   for (int restart = 0;; ++restart) {
     std::unique_ptr<EmbeddedStore> attempt_store;
     Assignment a;
@@ -351,7 +376,7 @@ int run_agent(const AgentConfig& config) {
     if (config.standalone) {
       // torchrun gives standalone workers MASTER_ADDR=localhost; binding the
       // name puts the store on the address the workers' lookup finds first.
-      attempt_store = std::make_unique<EmbeddedStore>("localhost", 0);
+      attempt_store = std::make_unique<EmbeddedStore>(standalone_bind, 0);
       a.master_addr = "localhost";
       a.master_port = attempt_store->port();
     } else {
@@ -410,6 +435,10 @@ int run_agent(const AgentConfig& config) {
     failures = attempt_failures;
     if (restart < config.max_restarts) {
       log->warn("restarting workers ({} of {} restarts used)", restart + 1, config.max_restarts);
+      if (attempt_store) {
+        attempt_store->request_stop();
+        retired_store = std::move(attempt_store);
+      }
       continue;
     }
     if (failures.empty()) return 1;  // the pre-train script failed; already logged

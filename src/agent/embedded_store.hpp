@@ -18,6 +18,8 @@ class EmbeddedStore {
   EmbeddedStore& operator=(const EmbeddedStore&) = delete;
 
   int port() const { return server_->port(); }
+  // Asks the store to stop without waiting for it; the destructor joins.
+  void request_stop() { server_->stop(); }
 
  private:
   std::unique_ptr<store::Server> server_;
