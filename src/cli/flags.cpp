@@ -115,6 +115,8 @@ const std::vector<FlagSpec> kFlags = {
      "Accepted, but the HTTP control API is not implemented yet."},
     {Flag::kServerPort, "", "--server-port", kValue, kEnv, kHyper, "PORT", "8080",
      "Accepted, but the HTTP control API is not implemented yet."},
+    {Flag::kInprocessRestart, "", "--inprocess-restart", kSwitch, kEnv, kHyper, "", "",
+     "Accepted; in-process restart is not implemented yet, failed workers restart as processes."},
 };
 
 constexpr size_t kWidth = 100;

@@ -50,6 +50,7 @@ enum class Flag {
   kPostTrainArgs,
   kServerHost,
   kServerPort,
+  kInprocessRestart,
   kCount,
 };
 

@@ -393,6 +393,7 @@ std::string to_json(const LaunchConfig& c) {
       {"post_train_args", c.post_train_args},
       {"server_host", c.server_host},
       {"server_port", c.server_port},
+      {"inprocess_restart", c.inprocess_restart},
       {"training_script", c.training_script},
       {"training_script_args", c.training_script_args},
       {"notes", c.notes},

@@ -104,7 +104,8 @@ struct LaunchConfig {
   std::optional<std::string> post_train_script;
   std::vector<std::string> post_train_args;
   std::string server_host = "0.0.0.0";
-  int server_port = 8080;  // accepted; the HTTP control API comes later
+  int server_port = 8080;          // accepted; the HTTP control API comes later
+  bool inprocess_restart = false;  // accepted; workers still restart as processes
 
   // --- The training command, exactly as given after the flags.
   std::string training_script;

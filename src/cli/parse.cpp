@@ -209,6 +209,9 @@ void convert(LaunchConfig& c, Flag id, const Raw& r) {
     case Flag::kServerPort:
       c.server_port = parse_port(r);
       break;
+    case Flag::kInprocessRestart:
+      c.inprocess_restart = parse_switch(r);
+      break;
     case Flag::kHelp:
     case Flag::kPrintCompletion:
     case Flag::kCount:
@@ -328,6 +331,11 @@ void derive_notes(LaunchConfig& c, const Given& g) {
   if (c.numa_binding) note(Flag::kNumaBinding, "ignored; NUMA binding is not implemented yet");
   for (Flag id : {Flag::kServerHost, Flag::kServerPort}) {
     if (given(g, id)) note(id, "accepted, but the HTTP control API is not implemented yet");
+  }
+  if (c.inprocess_restart) {
+    note(Flag::kInprocessRestart,
+         "accepted, but in-process restart is not implemented yet: failed workers restart as "
+         "processes");
   }
   if (!c.pre_train_script && given(g, Flag::kPreTrainArgs)) {
     note(Flag::kPreTrainArgs, "ignored without --pre-train-script");

@@ -129,7 +129,8 @@ TEST_CASE("the flag table holds every torchrun 2.15 flag and hyperpodrun's extra
                                           "post_train_script",
                                           "post_train_args",
                                           "server_host",
-                                          "server_port"};
+                                          "server_port",
+                                          "inprocess_restart"};
   std::set<std::string> dests;
   for (const auto& f : flag_table()) dests.insert(f.dest());
   CHECK(dests == expected);
@@ -502,6 +503,25 @@ TEST_CASE("shutdown timeout and line prefix fall back to torchrun's variables", 
   c = parse({"--shutdown-timeout", "3", "--log-line-prefix-template", "x", "t.py"}, env);
   CHECK(c.shutdown_timeout == 3);
   CHECK(c.log_line_prefix_template == "x");
+}
+
+TEST_CASE("hyperpodrun's --inprocess-restart is accepted with a note, from the flag or PET_",
+          "[cli]") {
+  auto has_note = [](const LaunchConfig& c) {
+    for (const auto& n : c.notes) {
+      if (n.find("--inprocess-restart") != std::string::npos) return true;
+    }
+    return false;
+  };
+  LaunchConfig plain = parse({"train.py"});
+  CHECK_FALSE(plain.inprocess_restart);
+  CHECK_FALSE(has_note(plain));
+  LaunchConfig flagged = parse({"--inprocess-restart", "train.py"});
+  CHECK(flagged.inprocess_restart);
+  CHECK(has_note(flagged));
+  CHECK(flagged.training_script == "train.py");
+  LaunchConfig from_env = parse({"train.py"}, {{"PET_INPROCESS_RESTART", "1"}});
+  CHECK(from_env.inprocess_restart);
 }
 
 TEST_CASE("hyperpodrun's pre/post-train args split like a shell; filters keep ',,'", "[cli]") {
