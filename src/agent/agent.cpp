@@ -443,7 +443,7 @@ int run_agent(const AgentConfig& config) {
     }
     if (failures.empty()) return 1;  // the pre-train script failed; already logged
     FailureReport report{config.script_name, failures, eo.error_files, config.agent_error_file};
-    report.print(config.nproc_per_node, a.rank_offset);
+    report.print(a.rank_offset);
     return 1;
   }
 }

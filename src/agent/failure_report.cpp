@@ -150,16 +150,21 @@ std::string iso_time(std::time_t t) {
   return buf;
 }
 
-}  // namespace
+std::vector<Detail> read_details(const FailureReport& r) {
+  std::vector<Detail> details;
+  for (const auto& e : r.failures) {
+    details.push_back(detail_of(e, error_file_of(r.error_files, e.local_rank)));
+  }
+  return details;
+}
 
-std::string FailureReport::format(int rank_offset) const {
+// The report text from failures whose error files were read once.
+std::string render(const FailureReport& r, const std::vector<Detail>& details, int rank_offset) {
+  const auto& failures = r.failures;
   if (failures.empty()) return {};
   const std::string host = fqdn();
-  std::vector<Detail> details;
-  for (const auto& e : failures)
-    details.push_back(detail_of(e, error_file_of(error_files, e.local_rank)));
   const size_t root = root_cause(details);
-  const std::string title = script_name + " FAILED";
+  const std::string title = r.script_name + " FAILED";
   size_t width = title.size();
   std::vector<std::string> blocks;
   for (size_t i = 0; i < failures.size(); ++i) {
@@ -192,16 +197,20 @@ std::string FailureReport::format(int rank_offset) const {
          "\nRoot Cause (first observed failure):\n" + blocks[root] + "\n" + std::string(width, '=');
 }
 
-void FailureReport::print(int /*local_world_size*/, int rank_offset) const {
-  std::string text = format(rank_offset);
+}  // namespace
+
+std::string FailureReport::format(int rank_offset) const {
+  return render(*this, read_details(*this), rank_offset);
+}
+
+void FailureReport::print(int rank_offset) const {
+  const std::vector<Detail> details = read_details(*this);
+  std::string text = render(*this, details, rank_offset);
   std::fprintf(stderr, "%s\n", text.c_str());
   std::fflush(stderr);
   if (agent_error_file.empty() || failures.empty()) return;
-  // The root cause (chosen as format() does) and its own error file, when
+  // The root cause, chosen as the report does, and its own error file when
   // it wrote one.
-  std::vector<Detail> details;
-  for (const auto& f : failures)
-    details.push_back(detail_of(f, error_file_of(error_files, f.local_rank)));
   const auto& e = failures[root_cause(details)];
   std::ifstream src(error_file_of(error_files, e.local_rank));
   std::ofstream dst(agent_error_file, std::ios::trunc);

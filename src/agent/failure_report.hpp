@@ -25,7 +25,7 @@ struct FailureReport {
   // The text torchrun prints (leading newline included).
   std::string format(int rank_offset) const;
   // Prints the report to stderr and writes the agent's error file.
-  void print(int local_world_size, int rank_offset) const;
+  void print(int rank_offset) const;
 };
 
 }  // namespace elasticrun::agent

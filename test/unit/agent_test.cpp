@@ -576,7 +576,7 @@ TEST_CASE(
   r.failures = {failure(0, 321, exit_code, term_signal, kT0 + 100)};
   {
     CaptureStderr capture(dir / "stderr");
-    r.print(1, 0);
+    r.print(0);
   }
   CHECK(slurp(dir / "stderr") == r.format(0) + "\n");
 
@@ -608,7 +608,7 @@ TEST_CASE("printing copies the error file of the failure the report names as roo
   REQUIRE_THAT(r.format(0), Contains("Root Cause (first observed failure):\n[1]:\n"));
   {
     CaptureStderr capture(dir / "stderr");
-    r.print(2, 0);
+    r.print(0);
   }
   auto expected = early;
   expected["message"]["errorCode"] = 2;
