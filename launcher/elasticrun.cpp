@@ -5,10 +5,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <random>
+#include <set>
 
 #include "agent/agent.hpp"
 #include "agent/worker_env.hpp"
 #include "cli/parse.hpp"
+#include "elastic/policy.hpp"
 #include "elasticrun/errors.hpp"
 #include "util/logging.hpp"
 
@@ -88,6 +91,93 @@ std::vector<std::string> worker_command(const cli::LaunchConfig& c,
   return cmd;
 }
 
+double conf_seconds(const std::map<std::string, std::string>& conf, const std::string& key,
+                    double fallback) {
+  auto it = conf.find(key);
+  if (it == conf.end()) return fallback;
+  const double v = cli::parse_double("--rdzv-conf " + key, it->second);
+  if (v < 0) throw ConfigError("--rdzv-conf " + key + "=" + it->second + ": must not be negative");
+  return v;
+}
+
+std::chrono::milliseconds ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+std::string random_token() {
+  static const char kChars[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  std::random_device rd;
+  std::string s;
+  for (int i = 0; i < 6; ++i) s += kChars[rd() % (sizeof(kChars) - 1)];
+  return s;
+}
+
+// --rdzv-backend c10d over several nodes: the rendezvous settings, from the
+// endpoint, --rdzv-conf (torchrun's keys where they mean the same) and the
+// elastic sizes.
+void dynamic_config(const cli::LaunchConfig& c, agent::AgentConfig& a) {
+  const auto& conf = c.rdzv_conf;
+  for (const auto& [key, value] : conf) {
+    static const std::set<std::string> kKnown = {
+        "join_timeout",       "last_call_timeout", "close_timeout",       "timeout",
+        "read_timeout",       "is_host",           "keep_alive_interval", "keep_alive_max_attempt",
+        "heartbeat_interval", "missed_heartbeats", "rejoin_timeout",      "use_libuv"};
+    if (!kKnown.count(key)) {
+      throw ConfigError("--rdzv-conf " + key + "=" + value +
+                        ": unknown key for the c10d backend (known: join_timeout, "
+                        "last_call_timeout, keep_alive_interval, keep_alive_max_attempt, "
+                        "heartbeat_interval, missed_heartbeats, rejoin_timeout, is_host, "
+                        "read_timeout)");
+    }
+  }
+  const cli::HostPort ep = cli::parse_endpoint("--rdzv-endpoint", c.rdzv_endpoint, 29400);
+  auto& r = a.rdzv;
+  r.store_host = ep.host;
+  r.store_port = ep.port;
+  r.run_id = c.rdzv_id;
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  r.host = c.local_addr.value_or(name);
+  r.node_id = r.host + "-" + std::to_string(::getpid()) + "-" + random_token();
+  r.local_world_size = c.nproc_per_node;
+  r.join_timeout = ms(conf_seconds(conf, "join_timeout", 600));
+  r.last_call_timeout = ms(conf_seconds(conf, "last_call_timeout", 1));
+  r.heartbeat_interval =
+      ms(conf_seconds(conf, "heartbeat_interval", conf_seconds(conf, "keep_alive_interval", 1)));
+  if (r.heartbeat_interval.count() < 10) {
+    throw ConfigError("--rdzv-conf heartbeat_interval: at least 0.01 s");
+  }
+  const double missed =
+      conf_seconds(conf, "missed_heartbeats", conf_seconds(conf, "keep_alive_max_attempt", 5));
+  r.missed_heartbeats = std::max(1, static_cast<int>(missed));
+  r.rejoin_timeout = ms(conf_seconds(conf, "rejoin_timeout", 30));
+  r.store_timeout = ms(conf_seconds(conf, "read_timeout", 60));
+  if (auto it = conf.find("is_host"); it != conf.end()) {
+    const std::string v = it->second;
+    if (v == "1" || v == "true" || v == "True" || v == "yes") {
+      a.host_store = agent::AgentConfig::HostStore::kYes;
+    } else if (v == "0" || v == "false" || v == "False" || v == "no") {
+      a.host_store = agent::AgentConfig::HostStore::kNo;
+    } else {
+      throw ConfigError("--rdzv-conf is_host=" + v + ": expected 1 or 0");
+    }
+  }
+  const cli::ElasticOptions& e = c.elastic;
+  a.policy.min_replicas = e.min_replicas;
+  a.policy.max_replicas = e.max_replicas;
+  a.policy.increment_step = e.replica_increment_step;
+  a.policy.discrete_values = e.replica_discrete_values;
+  a.policy.scaling_timeout = ms(e.scaling_timeout);
+  a.policy.faulty_scale_down_timeout = ms(e.faulty_scale_down_timeout);
+  a.policy.min_stable_period = ms(e.min_stable_period);
+  a.policy.max_stable_period = ms(e.max_stable_period);
+  a.policy.validate();
+  a.graceful_shutdown_timeout = ms(e.graceful_shutdown_timeout);
+  r.sizes = a.policy;
+  r.faulty_scale_down_timeout = a.policy.faulty_scale_down_timeout;
+  r.max_restarts = c.max_restarts;
+}
+
 agent::AgentConfig agent_config(const cli::LaunchConfig& c,
                                 const std::map<std::string, std::string>& env) {
   agent::AgentConfig a;
@@ -132,13 +222,17 @@ agent::AgentConfig agent_config(const cli::LaunchConfig& c,
       throw ConfigError("--node-rank " + std::to_string(c.node_rank) + " is not in [0, " +
                         std::to_string(a.nnodes) + ")");
     }
-  } else if (c.rdzv_backend == "c10d" && a.nnodes == 1) {
+  } else if (c.rdzv_backend == "c10d" && c.nnodes_max == 1) {
     // One node: nobody to rendezvous with; host a fresh store per attempt.
     a.standalone = true;
+  } else if (c.rdzv_backend == "c10d") {
+    a.standalone = false;
+    a.dynamic = true;
+    dynamic_config(c, a);
   } else {
-    throw ConfigError("--rdzv-backend " + c.rdzv_backend + " with " + std::to_string(a.nnodes) +
-                      " nodes is not supported yet (dynamic rendezvous arrives with elastic "
-                      "membership); use --rdzv-backend static with --node-rank, or --standalone");
+    throw ConfigError("--rdzv-backend " + c.rdzv_backend +
+                      " is not supported; use c10d (or its synonym elasticrun), static, or "
+                      "--standalone");
   }
   return a;
 }
@@ -166,6 +260,10 @@ int main(int argc, char** argv) {
     handled += (handled.empty() ? "" : ",") + cli::signal_name(sig);
   }
   ::setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", handled.c_str(), 1);
+  // The worker SDK reads per-world-size overrides from the job config file.
+  if (config.elastic.config_file) {
+    ::setenv("ELASTICRUN_CONFIG_FILE", config.elastic.config_file->c_str(), 1);
+  }
   try {
     return agent::run_agent(agent_cfg);
   } catch (const ConfigError& e) {

@@ -16,6 +16,16 @@ cmake --preset tsan >/dev/null
 cmake --build --preset tsan -j "$jobs" --target unit_tests
 ctest --preset tsan -R '^unit$'
 
+# The C++ worker example (examples/cpp) links libtorch, which is not built
+# with sanitizers, so it gets a plain release build of its own; the
+# integration suite runs it under elasticrun and torchrun.
+torch_cmake=$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')
+cmake -S . -B build/torch-examples -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$torch_cmake" -DELASTICRUN_WITH_TORCH=ON \
+  -DELASTICRUN_BUILD_TESTS=OFF -DELASTICRUN_BUILD_BENCH=OFF >/dev/null
+cmake --build build/torch-examples -j "$jobs" --target allreduce_worker
+export CPP_ALLREDUCE_WORKER=$PWD/build/torch-examples/examples/cpp/allreduce_worker
+
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs"
 ctest --preset asan

@@ -13,6 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "elastic/policy.hpp"
+#include "rendezvous/rendezvous.hpp"
+
 namespace elasticrun::agent {
 
 struct AgentConfig {
@@ -39,6 +42,20 @@ struct AgentConfig {
   int master_port = 29500;
   std::chrono::milliseconds join_timeout{std::chrono::seconds(600)};
   std::chrono::milliseconds exit_barrier_timeout{std::chrono::seconds(300)};
+
+  // Dynamic rendezvous (--rdzv-backend c10d with more than one node): the
+  // node's place comes from rounds on the store at rdzv.store_host:port.
+  bool dynamic = false;
+  rendezvous::RendezvousConfig rdzv;
+  // Whether this agent hosts the rendezvous store: kAuto when the endpoint
+  // is an address of this machine (the first agent there to bind it wins),
+  // as torchrun's c10d backend does; --rdzv-conf is_host=1/0 forces it.
+  enum class HostStore { kAuto, kYes, kNo };
+  HostStore host_store = HostStore::kAuto;
+  // The elastic policy the leader applies.
+  elastic::PolicyConfig policy;
+  // After a scale event, how long workers get to checkpoint and exit.
+  std::chrono::milliseconds graceful_shutdown_timeout{std::chrono::seconds(60)};
 
   // Base directory of the per-attempt log/error directories; empty: a temp dir.
   std::string log_dir;

@@ -18,6 +18,8 @@ class EmbeddedStore {
   EmbeddedStore& operator=(const EmbeddedStore&) = delete;
 
   int port() const { return server_->port(); }
+  // Clients connected now (any thread).
+  uint64_t open_connections() const { return server_->stats().connections_open; }
   // Asks the store to stop without waiting for it; the destructor joins.
   void request_stop() { server_->stop(); }
 

@@ -73,6 +73,9 @@ std::map<std::string, std::string> worker_env(const std::map<std::string, std::s
   env["TORCHELASTIC_RUN_ID"] = o.run_id;
   // Python's str(bool), which PyTorch compares against "True".
   env["TORCHELASTIC_USE_AGENT_STORE"] = a.use_agent_store ? "True" : "False";
+  // Ours: the rendezvous round (generation) of a dynamic job; workers of one
+  // round all see the same value, and it grows with every scale event.
+  if (a.generation > 0) env["ELASTICRUN_GENERATION"] = std::to_string(a.generation);
   env.emplace("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   if (o.virtual_local_rank) {
     set_virtual_local_rank(env, base, local_rank);

@@ -1,6 +1,7 @@
 // The environment and command line of each worker, as torchrun builds them.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@ struct Assignment {
   int master_port = 0;
   bool use_agent_store = true;
   int restart_count = 0;
+  uint64_t generation = 0;  // dynamic rendezvous round; 0 for static and standalone
 };
 
 struct WorkerEnvOptions {

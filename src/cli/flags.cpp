@@ -16,14 +16,15 @@ constexpr bool kEnv = true;
 constexpr bool kNoEnv = false;
 constexpr Group kTorch = Group::kTorchrun;
 constexpr Group kHyper = Group::kHyperPod;
+constexpr Group kElastic = Group::kElastic;
 
 // Order is --help order. Meanings follow torch/distributed/run.py (2.x); the
 // words are ours, and say what elasticrun does where it differs.
 const std::vector<FlagSpec> kFlags = {
     {Flag::kHelp, "-h", "--help", kSwitch, kNoEnv, kTorch, "", "", "Show this help and exit."},
     {Flag::kNnodes, "", "--nnodes", kValue, kEnv, kTorch, "N|MIN:MAX", "1:1",
-     "Number of nodes, or a range MIN:MAX. Until elastic membership arrives a range runs as "
-     "MIN nodes (with a warning)."},
+     "Number of nodes, or a range MIN:MAX: an elastic job with --rdzv-backend c10d (static "
+     "rendezvous cannot scale and runs MIN nodes). Same as --min-replicas/--max-replicas."},
     {Flag::kNprocPerNode, "", "--nproc-per-node", kValue, kEnv, kTorch, "N|auto|cpu|gpu", "1",
      "Workers on this node: a number; gpu, one per visible CUDA GPU; cpu, one per usable CPU; "
      "auto, gpu if there is a GPU, else cpu. (xpu is not supported.)"},
@@ -117,6 +118,34 @@ const std::vector<FlagSpec> kFlags = {
      "Accepted, but the HTTP control API is not implemented yet."},
     {Flag::kInprocessRestart, "", "--inprocess-restart", kSwitch, kEnv, kHyper, "", "",
      "Accepted; in-process restart is not implemented yet, failed workers restart as processes."},
+    {Flag::kMinReplicas, "", "--min-replicas", kValue, kNoEnv, kElastic, "N", "MIN of --nnodes",
+     "Fewest nodes the job runs with. Overrides --config; an explicit --nnodes must agree."},
+    {Flag::kMaxReplicas, "", "--max-replicas", kValue, kNoEnv, kElastic, "N",
+     "MAX of --nnodes, else --min-replicas",
+     "Most nodes the job grows to. Overrides --config; an explicit --nnodes must agree."},
+    {Flag::kReplicaIncrementStep, "", "--replica-increment-step", kValue, kNoEnv, kElastic, "K",
+     "1", "Allowed sizes are MIN, MIN+K, MIN+2K, ... up to MAX."},
+    {Flag::kReplicaDiscreteValues, "", "--replica-discrete-values", kValue, kNoEnv, kElastic,
+     "SIZES", "",
+     "Allowed sizes exactly, e.g. 2,4,8, each within MIN..MAX; instead of "
+     "--replica-increment-step."},
+    {Flag::kGracefulShutdownTimeout, "", "--graceful-shutdown-timeout", kValue, kNoEnv, kElastic,
+     "SECONDS", "60",
+     "After a scale event, time the workers get to save a checkpoint and exit before they are "
+     "killed."},
+    {Flag::kScalingTimeout, "", "--scaling-timeout", kValue, kNoEnv, kElastic, "SECONDS", "10",
+     "How long extra nodes must have been waiting before the job grows onto them."},
+    {Flag::kFaultyScaleDownTimeout, "", "--faulty-scale-down-timeout", kValue, kNoEnv, kElastic,
+     "SECONDS", "30",
+     "After a node fails, how long to wait for a replacement before the job shrinks without it."},
+    {Flag::kMinStablePeriod, "", "--min-stable-period", kValue, kNoEnv, kElastic, "SECONDS", "30",
+     "Least time between two voluntary scale events (growing, operator requests); it doubles "
+     "while events keep coming, up to --max-stable-period."},
+    {Flag::kMaxStablePeriod, "", "--max-stable-period", kValue, kNoEnv, kElastic, "SECONDS", "600",
+     "The most the stable period grows to."},
+    {Flag::kConfig, "", "--config", kValue, kNoEnv, kElastic, "FILE", "",
+     "Job config (YAML): elasticPolicy with hyperpodrun's keys, and worldSizeOverrides "
+     "(docs/job-config.md). Flags override it; unknown keys are errors."},
 };
 
 constexpr size_t kWidth = 100;
@@ -160,8 +189,12 @@ void append_group(std::string& out, Group group, std::string_view title) {
     out += std::string(kHelpColumn - column, ' ');
     std::string help(f.help);
     // kNoBreak keeps "[default: X]" on one line.
-    if (!f.default_text.empty())
-      help += " [default:" + kNoBreak + std::string(f.default_text) + "]";
+    if (!f.default_text.empty()) {
+      std::string value(f.default_text);
+      for (size_t at = 0; (at = value.find(' ', at)) != std::string::npos;)
+        value.replace(at, 1, kNoBreak);
+      help += " [default:" + kNoBreak + value + "]";
+    }
     wrap(out, help, kHelpColumn, kHelpColumn);
     out += '\n';
   }
@@ -221,10 +254,11 @@ std::string help_text() {
   std::string_view intro =
       "Flags take --flag VALUE or --flag=VALUE, and both spellings (--nproc-per-node, "
       "--nproc_per_node). A flag that is not given is read from PET_<NAME> in the environment "
-      "(e.g. PET_NPROC_PER_NODE=8), except";
+      "(e.g. PET_NPROC_PER_NODE=8), except the elastic flags and";
   std::string no_env;
   for (const auto& f : kFlags) {
-    if (!f.env_fallback && f.id != Flag::kHelp) no_env += " " + std::string(f.long_name) + ",";
+    if (!f.env_fallback && f.id != Flag::kHelp && f.group != Group::kElastic)
+      no_env += " " + std::string(f.long_name) + ",";
   }
   no_env.back() = '.';
   std::string paragraph = std::string(intro) + no_env;
@@ -232,6 +266,7 @@ std::string help_text() {
   out += '\n';
   append_group(out, Group::kTorchrun, "torchrun-compatible");
   append_group(out, Group::kHyperPod, "HyperPod-compatible (hyperpodrun)");
+  append_group(out, Group::kElastic, "elastic");
   return out;
 }
 

@@ -51,10 +51,22 @@ enum class Flag {
   kServerHost,
   kServerPort,
   kInprocessRestart,
+  kMinReplicas,
+  kMaxReplicas,
+  kReplicaIncrementStep,
+  kReplicaDiscreteValues,
+  kGracefulShutdownTimeout,
+  kScalingTimeout,
+  kFaultyScaleDownTimeout,
+  kMinStablePeriod,
+  kMaxStablePeriod,
+  kConfig,
   kCount,
 };
 
-enum class Group { kTorchrun, kHyperPod };
+// kElastic: elasticrun's own flags. They are not torchrun's, so they have no
+// PET_ fallback (a PET_ variable means what torchrun says it means).
+enum class Group { kTorchrun, kHyperPod, kElastic };
 
 struct FlagSpec {
   Flag id;

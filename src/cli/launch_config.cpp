@@ -87,6 +87,26 @@ nlohmann::ordered_json optional_json(const std::optional<std::string>& value) {
   return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json(nullptr);
 }
 
+nlohmann::ordered_json elastic_json(const ElasticOptions& e) {
+  nlohmann::ordered_json overrides = nlohmann::ordered_json::object();
+  for (const auto& [size, values] : e.world_size_overrides) {
+    overrides[std::to_string(size)] = values;
+  }
+  return {
+      {"min_replicas", e.min_replicas},
+      {"max_replicas", e.max_replicas},
+      {"replica_increment_step", e.replica_increment_step},
+      {"replica_discrete_values", e.replica_discrete_values},
+      {"graceful_shutdown_timeout", e.graceful_shutdown_timeout},
+      {"scaling_timeout", e.scaling_timeout},
+      {"faulty_scale_down_timeout", e.faulty_scale_down_timeout},
+      {"min_stable_period", e.min_stable_period},
+      {"max_stable_period", e.max_stable_period},
+      {"config_file", optional_json(e.config_file)},
+      {"world_size_overrides", overrides},
+  };
+}
+
 nlohmann::ordered_json std_json(const StdStreams& s) {
   nlohmann::ordered_json ranks = nlohmann::ordered_json::object();
   for (const auto& [rank, bits] : s.per_rank) ranks[std::to_string(rank)] = bits;
@@ -394,6 +414,7 @@ std::string to_json(const LaunchConfig& c) {
       {"server_host", c.server_host},
       {"server_port", c.server_port},
       {"inprocess_restart", c.inprocess_restart},
+      {"elastic", elastic_json(c.elastic)},
       {"training_script", c.training_script},
       {"training_script_args", c.training_script_args},
       {"notes", c.notes},

@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "cli/elastic_options.hpp"
+
 namespace elasticrun::cli {
 
 // Which of a worker's standard streams a setting applies to; torchrun's Std.
@@ -40,9 +42,11 @@ struct HostPort {
 
 struct LaunchConfig {
   // --- Nodes and workers.
-  // --nnodes N or MIN:MAX. Until elastic membership lands the agent runs with
-  // exactly nnodes_min nodes (effective_nnodes()); a MIN<MAX request adds a
-  // note saying so.
+  // --nnodes N or MIN:MAX, or --min-replicas/--max-replicas, or the job
+  // config: always equal to elastic.min_replicas/max_replicas. With c10d a
+  // MIN<MAX range is elastic; the static backend cannot scale and runs
+  // exactly nnodes_min nodes (effective_nnodes(), with a note). nnodes_spec is
+  // what --nnodes said, else "MIN:MAX" of the replicas.
   int nnodes_min = 1;
   int nnodes_max = 1;
   std::string nnodes_spec = "1:1";
@@ -107,6 +111,9 @@ struct LaunchConfig {
   int server_port = 8080;          // accepted; the HTTP control API comes later
   bool inprocess_restart = false;  // accepted; workers still restart as processes
 
+  // --- elasticrun's own: the elastic policy (--min-replicas ..., --config).
+  ElasticOptions elastic;
+
   // --- The training command, exactly as given after the flags.
   std::string training_script;
   std::vector<std::string> training_script_args;
@@ -115,6 +122,8 @@ struct LaunchConfig {
   // prints them as warnings before starting anything.
   std::vector<std::string> notes;
 
+  // The node count of a static job (which cannot scale); an elastic (c10d)
+  // job starts from it too.
   int effective_nnodes() const { return nnodes_min; }
 };
 

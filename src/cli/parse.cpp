@@ -7,6 +7,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "cli/elastic_parse.hpp"
 #include "cli/flags.hpp"
 #include "cli/tokenize.hpp"
 #include "elasticrun/errors.hpp"
@@ -212,6 +213,17 @@ void convert(LaunchConfig& c, Flag id, const Raw& r) {
     case Flag::kInprocessRestart:
       c.inprocess_restart = parse_switch(r);
       break;
+    // The elastic group depends on --nnodes and --config: parse_elastic reads it.
+    case Flag::kMinReplicas:
+    case Flag::kMaxReplicas:
+    case Flag::kReplicaIncrementStep:
+    case Flag::kReplicaDiscreteValues:
+    case Flag::kGracefulShutdownTimeout:
+    case Flag::kScalingTimeout:
+    case Flag::kFaultyScaleDownTimeout:
+    case Flag::kMinStablePeriod:
+    case Flag::kMaxStablePeriod:
+    case Flag::kConfig:
     case Flag::kHelp:
     case Flag::kPrintCompletion:
     case Flag::kCount:
@@ -311,11 +323,14 @@ void derive_notes(LaunchConfig& c, const Given& g) {
   const auto note = [&](Flag id, const std::string& why) {
     c.notes.push_back(origin(g, id) + " " + util::quote(given(g, id)->text) + ": " + why);
   };
-  if (c.nnodes_min < c.nnodes_max) {
-    c.notes.push_back(origin(g, Flag::kNnodes) + " " + c.nnodes_spec +
-                      ": elastic MIN:MAX arrives with elastic membership; treated as MIN=MAX (" +
+  // With c10d a range is elastic; static rendezvous fixes the world at its start.
+  if (c.rdzv_backend == "static" && c.nnodes_min < c.nnodes_max) {
+    const std::string range = given(g, Flag::kNnodes)
+                                  ? origin(g, Flag::kNnodes) + " " + c.nnodes_spec
+                                  : "replicas " + c.nnodes_spec;
+    c.notes.push_back(range + ": the static rendezvous cannot scale; runs with MIN (" +
                       std::to_string(c.nnodes_min) + (c.nnodes_min == 1 ? " node" : " nodes") +
-                      ") for now");
+                      "); use --rdzv-backend c10d for an elastic job");
   }
   if (given(g, Flag::kStartMethod)) {
     note(Flag::kStartMethod, "ignored; elasticrun always starts workers with fork and exec");
@@ -385,6 +400,8 @@ LaunchConfig parse_launch_args(const std::vector<std::string>& args,
   for (const auto& spec : flag_table()) {
     if (const auto& raw = tokens.given[static_cast<size_t>(spec.id)]) convert(c, spec.id, *raw);
   }
+  // Before derive(): the range decides whether a static job is single-node.
+  parse_elastic(c, tokens.given);
   c.training_script = std::move(*tokens.script);
   c.training_script_args = std::move(tokens.script_args);
   derive(c, tokens.given, env, cpu_count, gpu_count);

@@ -11,8 +11,9 @@
 //   it (argparse's rule); --flag=-x always works.
 // - A flag given twice: the last one wins.
 // - A flag that is not given is read from PET_<DEST> (PET_NPROC_PER_NODE),
-//   except --logs-specs, --numa-binding, --print-completion; a switch's
-//   PET_ value is an integer, non-zero meaning on.
+//   except --logs-specs, --numa-binding, --print-completion and elasticrun's
+//   own elastic group (cli/elastic_parse.hpp); a switch's PET_ value is an
+//   integer, non-zero meaning on.
 // - Derivations in run()'s order: --standalone; a single-node static job
 //   without a master port or endpoint becomes c10d on localhost:0 with a
 //   random id; master port 29500; the static endpoint MASTER_ADDR:MASTER_PORT.

@@ -74,6 +74,15 @@ const std::map<Flag, std::string> kSample = {
     {Flag::kPostTrainArgs, "c"},
     {Flag::kServerHost, "127.0.0.1"},
     {Flag::kServerPort, "9000"},
+    {Flag::kMinReplicas, "2"},
+    {Flag::kMaxReplicas, "3"},
+    {Flag::kReplicaIncrementStep, "2"},
+    {Flag::kReplicaDiscreteValues, "1"},
+    {Flag::kGracefulShutdownTimeout, "5"},
+    {Flag::kScalingTimeout, "1.5"},
+    {Flag::kFaultyScaleDownTimeout, "7"},
+    {Flag::kMinStablePeriod, "3"},
+    {Flag::kMaxStablePeriod, "900"},
 };
 
 // Flags under test ride on a c10d job with a fixed id, so that nothing random
@@ -89,7 +98,7 @@ Args with(Args args, const Args& more) {
 
 }  // namespace
 
-TEST_CASE("the flag table holds every torchrun 2.15 flag and hyperpodrun's extras", "[cli]") {
+TEST_CASE("the flag table holds every torchrun 2.15 flag, hyperpodrun's extras and ours", "[cli]") {
   const std::set<std::string> expected = {"help",
                                           "nnodes",
                                           "nproc_per_node",
@@ -130,7 +139,17 @@ TEST_CASE("the flag table holds every torchrun 2.15 flag and hyperpodrun's extra
                                           "post_train_args",
                                           "server_host",
                                           "server_port",
-                                          "inprocess_restart"};
+                                          "inprocess_restart",
+                                          "min_replicas",
+                                          "max_replicas",
+                                          "replica_increment_step",
+                                          "replica_discrete_values",
+                                          "graceful_shutdown_timeout",
+                                          "scaling_timeout",
+                                          "faulty_scale_down_timeout",
+                                          "min_stable_period",
+                                          "max_stable_period",
+                                          "config"};
   std::set<std::string> dests;
   for (const auto& f : flag_table()) dests.insert(f.dest());
   CHECK(dests == expected);
@@ -189,6 +208,8 @@ TEST_CASE("every flag works in dash and underscore spelling, with a space or '='
   const std::string baseline = dump(parse(with(kBase, {})));
   for (const auto& spec : flag_table()) {
     if (spec.id == Flag::kHelp || spec.id == Flag::kPrintCompletion) continue;
+    // --config needs a file; cli_elastic_test.cpp tries its spellings.
+    if (spec.id == Flag::kConfig) continue;
     std::vector<Args> forms;
     for (const auto& name : spec.spellings()) {
       if (!spec.takes_value) {
@@ -345,13 +366,17 @@ TEST_CASE("--nproc-per-node resolves auto, cpu and gpu like torchrun; xpu is ref
   }
 }
 
-TEST_CASE("--nnodes takes N or MIN:MAX; MIN<MAX is accepted and noted as fixed for now", "[cli]") {
+TEST_CASE("--nnodes takes N or MIN:MAX; static runs MIN<MAX as MIN, with a note", "[cli]") {
   auto c = parse({"--nnodes", "1:4", "--rdzv-backend", "c10d", "t.py"});
   CHECK(c.nnodes_min == 1);
   CHECK(c.nnodes_max == 4);
+  CHECK(c.notes.empty());  // c10d: the range is elastic
+  c = parse({"--nnodes", "1:4", "--master-port", "29500", "t.py"});
+  CHECK(c.rdzv_backend == "static");
   CHECK(c.effective_nnodes() == 1);
   REQUIRE(c.notes.size() == 1);
-  CHECK_THAT(c.notes[0], Contains("treated as MIN=MAX"));
+  CHECK_THAT(c.notes[0], Contains("--nnodes 1:4") && Contains("static rendezvous cannot scale") &&
+                             Contains("MIN (1 node)"));
   for (const char* bad : {"3:2", "0", "1:2:3", "two", "", "2:"}) {
     INFO(bad);
     REQUIRE_THROWS_WITH(parse({"--nnodes", bad, "t.py"}), Contains("--nnodes"));

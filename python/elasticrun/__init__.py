@@ -1,0 +1,229 @@
+"""elasticrun's worker SDK (minimal; the full SDK comes later).
+
+A training script calls attach() once, step(n) after each step, and
+elastic_event_detected() to learn that the job is being resized:
+
+    import elasticrun
+    elasticrun.attach()
+    for step in range(start, total):
+        train_step(...)
+        elasticrun.step(step)
+        if elasticrun.elastic_event_detected():
+            save_checkpoint(step)
+            elasticrun.saved()
+            break
+
+Under elasticrun the agent tells attached workers about a scale event with
+SIGUSR1 and the node's control block (ELASTICRUN_CONTROL_FILE): the block
+holds the step at which every rank of the job stops, so each rank stops at
+the same step without a collective per step. Checks read the mapped block
+and make no system call.
+
+Under torchrun (no control file) elastic_event_detected() is always False,
+unless HYPERPOD_SIGNAL_COORDINATION=distributed: then, as with AWS
+hyperpodrun, it all-reduces (MAX) whether this rank received SIGUSR1 over
+torch.distributed, so every rank sees a signal any rank received. It is
+then a collective: every rank must call it at the same step.
+
+State is per process and read from the environment on first use
+(ELASTICRUN_CONTROL_FILE, LOCAL_RANK).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Optional
+
+from ._control import (
+    FLAG_ATTACHED,
+    FLAG_SAVED,
+    FLAG_STOPPED,
+    ControlBlock,
+    ControlBlockError,
+    Event,
+    EventKind,
+    Slot,
+    kind_name,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "attach",
+    "step",
+    "elastic_event_detected",
+    "signal_received",
+    "info",
+    "stopped",
+    "saved",
+    "ControlBlock",
+    "ControlBlockError",
+    "Event",
+    "EventKind",
+    "Slot",
+    "FLAG_ATTACHED",
+    "FLAG_STOPPED",
+    "FLAG_SAVED",
+]
+
+CONTROL_FILE_ENV = "ELASTICRUN_CONTROL_FILE"
+COORDINATION_ENV = "HYPERPOD_SIGNAL_COORDINATION"
+
+
+class _Session:
+    """This process's link to its agent."""
+
+    def __init__(self) -> None:
+        self.control_file: Optional[str] = os.environ.get(CONTROL_FILE_ENV) or None
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.block: Optional[ControlBlock] = None
+        self.attached = False
+        self.signalled = False
+        self.previous_handler = None
+        self.last_step: Optional[int] = None
+
+    def open_block(self) -> Optional[ControlBlock]:
+        if self.block is None and self.control_file is not None:
+            self.block = ControlBlock(self.control_file)
+            self.block._check_rank(self.local_rank)
+        return self.block
+
+
+_session: Optional[_Session] = None
+
+
+def _get() -> _Session:
+    global _session
+    if _session is None:
+        _session = _Session()
+    return _session
+
+
+def _on_sigusr1(signum, frame) -> None:
+    # Only a flag: the training loop acts on it at a step boundary.
+    session = _get()
+    session.signalled = True
+    previous = session.previous_handler
+    if callable(previous):
+        previous(signum, frame)
+
+
+def attach() -> bool:
+    """Handles SIGUSR1 (chaining a Python handler installed before) and,
+    under elasticrun, marks this rank ATTACHED in the control block, which
+    tells the agent it may signal it. Call it from the main thread, before
+    training. Idempotent. True when a control block was found."""
+    session = _get()
+    if not session.attached:
+        # The handler first: once ATTACHED is visible the agent may signal,
+        # and SIGUSR1's default action kills.
+        previous = signal.signal(signal.SIGUSR1, _on_sigusr1)
+        if previous is not _on_sigusr1:
+            session.previous_handler = previous
+        block = session.open_block()
+        if block is not None:
+            block.set_flags(session.local_rank, FLAG_ATTACHED)
+        session.attached = True
+    return session.block is not None
+
+
+def step(n: int, loss: Optional[float] = None, tokens_per_s: Optional[float] = None) -> None:
+    """Publishes that this rank finished step n (into the mapped block; no
+    system call). Metrics left as None keep the last reported values."""
+    session = _get()
+    session.last_step = n
+    block = session.open_block()
+    if block is not None:
+        block.write_slot(session.local_rank, n, loss, tokens_per_s)
+
+
+def signal_received() -> bool:
+    """Whether this process received SIGUSR1 since attach()."""
+    return _get().signalled
+
+
+def elastic_event_detected(step: Optional[int] = None) -> bool:
+    """True when this rank should stop now: an event is pending, its stop
+    step is agreed, and step (default: the last one given to step()) has
+    reached it. Without a control file, see the module docstring."""
+    session = _get()
+    block = session.open_block()
+    if block is not None:
+        event = block.event()
+        if not event.pending or event.stop_step < 0:
+            return False
+        current = session.last_step if step is None else step
+        return current is not None and current >= event.stop_step
+    if os.environ.get(COORDINATION_ENV) == "distributed":
+        return _all_ranks_max(session.signalled)
+    return False
+
+
+def _all_ranks_max(flag: bool) -> bool:
+    """MAX of flag over the default process group; the local flag when there
+    is no initialised group (a single process has nobody to agree with)."""
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:
+        return flag
+    if not (dist.is_available() and dist.is_initialized()):
+        return flag
+    backend = str(dist.get_backend())
+    # NCCL reduces only CUDA tensors; gloo (and "cpu:gloo,cuda:nccl") takes CPU ones.
+    device = "cpu"
+    if "nccl" in backend and "gloo" not in backend:
+        device = f"cuda:{torch.cuda.current_device()}"
+    value = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
+def info() -> dict:
+    """What this worker knows of the agent's event (None values without a
+    control file)."""
+    session = _get()
+    block = session.open_block()
+    out = {
+        "control_file": session.control_file,
+        "local_rank": session.local_rank,
+        "attached": session.attached,
+        "signal_received": session.signalled,
+        "last_step": session.last_step,
+        "generation": None,
+        "event_seq": None,
+        "event_kind": None,
+        "stop_step": None,
+        "next_world_size": None,
+        "deadline_unix_ms": None,
+        "reason": None,
+    }
+    if block is not None:
+        event = block.event()
+        out.update(
+            generation=event.generation,
+            event_seq=event.event_seq,
+            event_kind=kind_name(event.kind),
+            stop_step=event.stop_step,
+            next_world_size=event.next_world_size,
+            deadline_unix_ms=event.deadline_unix_ms,
+            reason=event.reason,
+        )
+    return out
+
+
+def stopped() -> None:
+    """Tells the agent this rank reached the stop step and is checkpointing."""
+    session = _get()
+    block = session.open_block()
+    if block is not None:
+        block.set_flags(session.local_rank, FLAG_STOPPED)
+
+
+def saved() -> None:
+    """Tells the agent this rank's checkpoint shard is written."""
+    session = _get()
+    block = session.open_block()
+    if block is not None:
+        block.set_flags(session.local_rank, FLAG_SAVED)

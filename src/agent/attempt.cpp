@@ -1,0 +1,337 @@
+#include "agent/attempt.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "elasticrun/errors.hpp"
+
+namespace elasticrun::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using supervisor::WorkerExit;
+
+// Where one worker's stdout or stderr goes (torchrun's DefaultLogsSpecs).
+struct StreamPlan {
+  std::string file;      // log file, when redirected or tee'd
+  bool tee = false;      // also to the console, line by line with the prefix
+  bool discard = false;  // filtered out by --local-ranks-filter: /dev/null
+};
+
+struct RankPlan {
+  StreamPlan out, err;
+  std::string prefix;
+};
+
+RankPlan plan_rank_logs(const AgentConfig& c, const fs::path& rank_dir, int local_rank, int rank,
+                        const std::string& host) {
+  auto bits = [](const std::vector<int>& v, int r) {
+    return static_cast<size_t>(r) < v.size() ? v[static_cast<size_t>(r)] : 0;
+  };
+  int tee = bits(c.tee, local_rank);
+  const int redirect = bits(c.redirects, local_rank) | tee;
+  const bool filtered = c.local_ranks_filter && !c.local_ranks_filter->count(local_rank);
+  if (filtered) tee = 0;
+  RankPlan p;
+  auto plan = [&](StreamPlan& s, int bit, const char* name) {
+    if (redirect & bit) s.file = (rank_dir / name).string();
+    s.tee = (tee & bit) != 0;
+    s.discard = filtered && s.file.empty();
+  };
+  plan(p.out, 1, "stdout.log");
+  plan(p.err, 2, "stderr.log");
+  p.prefix =
+      substitute_template(c.log_line_prefix_template, {{"role_name", c.role},
+                                                       {"rank", std::to_string(rank)},
+                                                       {"local_rank", std::to_string(local_rank)},
+                                                       {"hostname", host}});
+  return p;
+}
+
+// One attempt: start the workers, watch them until every one has exited.
+class Attempt {
+ public:
+  Attempt(const AgentConfig& c, supervisor::DeathWatch& watch, int restart_count,
+          const AttemptHooks& hooks)
+      : config_(c), group_(&watch), restart_count_(restart_count), hooks_(hooks) {
+    uv_loop_init(&loop_);
+    uv_signal_init(&loop_, &sigchld_);
+    sigchld_.data = this;
+    uv_timer_init(&loop_, &kill_timer_);
+    kill_timer_.data = this;
+    uv_async_init(&loop_, &stop_async_,
+                  [](uv_async_t* h) { static_cast<Attempt*>(h->data)->on_stop_request(); });
+    stop_async_.data = this;
+  }
+
+  ~Attempt() {
+    if (hooks_.stop) hooks_.stop->detach();
+    pump_.drain_and_close();
+    uv_walk(
+        &loop_,
+        [](uv_handle_t* h, void*) {
+          if (!uv_is_closing(h)) uv_close(h, nullptr);
+        },
+        nullptr);
+    uv_run(&loop_, UV_RUN_DEFAULT);
+    uv_loop_close(&loop_);
+    for (int fd : parent_fds_) ::close(fd);
+  }
+
+  Outcome run(std::vector<supervisor::SpawnSpec> specs, const std::vector<RankPlan>& logs) {
+    std::vector<int> child_fds;
+    for (size_t r = 0; r < specs.size() && r < logs.size(); ++r) {
+      specs[r].stdout_fd = stream_fd(logs[r].out, STDOUT_FILENO, logs[r].prefix, child_fds);
+      specs[r].stderr_fd = stream_fd(logs[r].err, STDERR_FILENO, logs[r].prefix, child_fds);
+    }
+    uv_signal_start(
+        &sigchld_, [](uv_signal_t* h, int) { static_cast<Attempt*>(h->data)->on_child(); },
+        SIGCHLD);
+    for (int sig : config_.signals_to_handle) {
+      auto s = std::make_unique<uv_signal_t>();
+      uv_signal_init(&loop_, s.get());
+      s->data = this;
+      uv_signal_start(
+          s.get(),
+          [](uv_signal_t* h, int signum) { static_cast<Attempt*>(h->data)->on_signal(signum); },
+          sig);
+      forwarded_.push_back(std::move(s));
+    }
+    util::Status st = group_.start(specs);
+    // The workers hold their ends now; ours would keep the pipes open forever.
+    for (int fd : child_fds) ::close(fd);
+    if (!st) throw Error("cannot start workers: " + st.message());
+    log_->info("started {} worker(s) (restart count {})", specs.size(), restart_count_);
+    // A stop may have been posted before the loop could hear it: attaching
+    // delivers it. A child may have exited before the handler was installed:
+    // look once.
+    if (hooks_.stop) hooks_.stop->attach(&stop_async_);
+    on_child();
+    if (!done_) uv_run(&loop_, UV_RUN_DEFAULT);
+    // Whatever the workers left behind in their process groups dies with them.
+    group_.signal_all(SIGKILL);
+    group_.forget();
+    pump_.drain_and_close();
+    return outcome_;
+  }
+
+  const std::vector<WorkerExit>& failures() const { return failures_; }
+  const std::optional<std::string>& stop_reason() const { return stop_reason_; }
+
+ private:
+  // The descriptor a worker gets for one stream, per the plan; -1 inherits
+  // the agent's. Descriptors only the child needs go to child_fds.
+  int stream_fd(const StreamPlan& p, int console, const std::string& prefix,
+                std::vector<int>& child_fds) {
+    if (p.discard) {
+      int fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+      child_fds.push_back(fd);
+      return fd;
+    }
+    if (p.file.empty()) return -1;
+    int file = ::open(p.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (file < 0) throw Error("cannot create log file " + p.file + ": " + std::strerror(errno));
+    if (!p.tee) {
+      child_fds.push_back(file);
+      return file;
+    }
+    parent_fds_.push_back(file);  // the pump writes it
+    int pipe_w = pump_.add(file, console, prefix);
+    child_fds.push_back(pipe_w);
+    return pipe_w;
+  }
+
+ public:
+  int stop_signal() const { return stop_signal_; }
+
+ private:
+  void on_child() {
+    for (const WorkerExit& e : group_.reap()) {
+      if (e.failed() && !stopping_) {
+        log_->warn("worker local rank {} (pid {}) failed: {}", e.local_rank, e.pid, e.describe());
+        failures_.push_back(e);
+        stop(config_.shutdown_signal, Outcome::kFailed, config_.shutdown_timeout);
+        if (hooks_.on_failure) hooks_.on_failure(e);
+      } else if (e.failed() && outcome_ == Outcome::kFailed) {
+        // Survivors we stopped are listed too (exitcode -15), as torchrun
+        // lists them; the root cause is still the earliest failure.
+        failures_.push_back(e);
+      }
+    }
+    if (group_.all_exited()) finish();
+  }
+
+  void on_signal(int sig) {
+    if (stopping_ && outcome_ == Outcome::kSignaled) {
+      if (sig == SIGINT) {
+        log_->warn("second SIGINT: killing workers now");
+        group_.signal_all(SIGKILL);
+      }
+      return;
+    }
+    log_->warn("received {}: forwarding it to the workers", supervisor::signal_name(sig));
+    stop_signal_ = sig;
+    // A stop already under way (a failure, a round that ended) turns into
+    // this: the run now ends with the signal.
+    if (stopping_) {
+      outcome_ = Outcome::kSignaled;
+      group_.signal_all(sig);
+    }
+    stop(sig, Outcome::kSignaled, config_.shutdown_timeout);
+    if (hooks_.on_signal) hooks_.on_signal(sig);
+  }
+
+  void on_stop_request() {
+    if (stopping_ || done_ || !hooks_.stop) return;
+    stop_reason_ = hooks_.stop->pending();
+    if (!stop_reason_) return;
+    log_->info("stopping the workers: {}", *stop_reason_);
+    stop(config_.shutdown_signal, Outcome::kStopped, config_.graceful_shutdown_timeout);
+  }
+
+  void stop(int sig, Outcome why, std::chrono::milliseconds grace) {
+    if (stopping_) return;
+    stopping_ = true;
+    outcome_ = why;
+    kill_after_ = grace;
+    group_.signal_all(sig);
+    uv_timer_start(
+        &kill_timer_,
+        [](uv_timer_t* t) {
+          auto* self = static_cast<Attempt*>(t->data);
+          self->log_->warn(
+              "workers still running {} ms after they were told to stop: sending "
+              "SIGKILL",
+              self->kill_after_.count());
+          self->group_.signal_all(SIGKILL);
+        },
+        static_cast<uint64_t>(grace.count()), 0);
+  }
+
+  void finish() {
+    done_ = true;
+    if (!stopping_) outcome_ = Outcome::kSucceeded;
+    uv_timer_stop(&kill_timer_);
+    uv_stop(&loop_);
+  }
+
+  const AgentConfig& config_;
+  supervisor::WorkerGroup group_;
+  int restart_count_;
+  AttemptHooks hooks_;
+  uv_loop_t loop_{};
+  uv_async_t stop_async_{};
+  std::chrono::milliseconds kill_after_{0};
+  std::optional<std::string> stop_reason_;
+  uv_signal_t sigchld_{};
+  uv_timer_t kill_timer_{};
+  std::vector<std::unique_ptr<uv_signal_t>> forwarded_;
+  bool stopping_ = false;
+  bool done_ = false;
+  Outcome outcome_ = Outcome::kSucceeded;
+  int stop_signal_ = 0;
+  std::vector<WorkerExit> failures_;
+  supervisor::LogPump pump_{&loop_};
+  std::vector<int> parent_fds_;
+  std::shared_ptr<spdlog::logger> log_ = util::logger("agent");
+};
+
+// Runs a pre/post-train hook to completion; returns its exit status
+// (128+N when killed by signal N, 127 when it could not start).
+int run_hook(const char* what, const std::vector<std::string>& cmd,
+             const std::map<std::string, std::string>& env) {
+  auto log = util::logger("agent");
+  supervisor::SpawnSpec spec;
+  spec.argv = cmd;
+  spec.env = to_envp(env);
+  auto pid = supervisor::spawn(spec);
+  if (!pid.is_ok()) {
+    log->error("{} script: {}", what, pid.status().message());
+    return 127;
+  }
+  int status = 0;
+  while (::waitpid(pid.value(), &status, 0) < 0 && errno == EINTR) {
+  }
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (code != 0) log->warn("{} script {} exited with {}", what, cmd[0], code);
+  return code;
+}
+
+}  // namespace
+
+void StopChannel::post(std::string reason) {
+  std::lock_guard lock(mu_);
+  if (reason_) return;  // the first reason stands
+  reason_ = std::move(reason);
+  if (async_) uv_async_send(async_);
+}
+
+std::optional<std::string> StopChannel::pending() const {
+  std::lock_guard lock(mu_);
+  return reason_;
+}
+
+void StopChannel::attach(uv_async_t* async) {
+  std::lock_guard lock(mu_);
+  async_ = async;
+  if (reason_) uv_async_send(async_);
+}
+
+void StopChannel::detach() {
+  std::lock_guard lock(mu_);
+  async_ = nullptr;
+}
+
+AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, const Assignment& a,
+                          int attempt_index, const AttemptHooks& hooks) {
+  auto log = util::logger("agent");
+  WorkerEnvOptions eo;
+  eo.role = config.role;
+  eo.run_id = config.run_id;
+  eo.max_restarts = config.max_restarts;
+  eo.virtual_local_rank = config.virtual_local_rank;
+  const fs::path attempt_dir = node.run_dir / ("attempt_" + std::to_string(attempt_index));
+  std::vector<supervisor::SpawnSpec> specs;
+  std::vector<RankPlan> logs;
+  // torchrun recreates the attempt directory; a leftover of a crashed run must not mix in.
+  fs::remove_all(attempt_dir);
+  for (int lr = 0; lr < a.local_world_size; ++lr) {
+    fs::path rank_dir = attempt_dir / std::to_string(lr);
+    fs::create_directories(rank_dir);
+    eo.error_files.push_back((rank_dir / "error.json").string());
+    logs.push_back(plan_rank_logs(config, rank_dir, lr, a.rank_offset + lr, node.host));
+  }
+  for (int lr = 0; lr < a.local_world_size; ++lr) {
+    supervisor::SpawnSpec s;
+    s.argv = config.worker_command;
+    // torchrun's macros: ${local_rank} in any argument (not the program).
+    for (size_t i = 1; i < s.argv.size(); ++i) {
+      s.argv[i] = substitute_template(s.argv[i], {{"local_rank", std::to_string(lr)}});
+    }
+    s.env = to_envp(worker_env(node.base, a, eo, lr));
+    specs.push_back(std::move(s));
+  }
+
+  AttemptResult result;
+  result.error_files = eo.error_files;
+  if (!config.pre_train_command.empty() &&
+      run_hook("pre-train", config.pre_train_command, node.base) != 0) {
+    log->error("pre-train script failed: the workers of attempt {} do not start", attempt_index);
+  } else {
+    Attempt attempt(config, *node.watch, a.restart_count, hooks);
+    result.outcome = attempt.run(std::move(specs), logs);
+    result.failures = attempt.failures();
+    result.stop_signal = attempt.stop_signal();
+    result.stop_reason = attempt.stop_reason();
+  }
+  if (!config.post_train_command.empty()) {
+    run_hook("post-train", config.post_train_command, node.base);
+  }
+  return result;
+}
+
+}  // namespace elasticrun::agent

@@ -1,0 +1,85 @@
+// One attempt: the workers of one node for one rendezvous round, started
+// together, watched on one libuv loop until every one has exited.
+//
+// The loop carries every event of the attempt: child exits (SIGCHLD),
+// forwarded signals, the shutdown timer, log pipes, and a stop request from
+// another thread (the round ended elsewhere).
+#pragma once
+
+#include <uv.h>
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/agent.hpp"
+#include "agent/worker_env.hpp"
+#include "supervisor/death_watch.hpp"
+#include "supervisor/log_pump.hpp"
+#include "supervisor/worker_group.hpp"
+#include "util/logging.hpp"
+
+namespace elasticrun::agent {
+
+enum class Outcome {
+  kSucceeded,  // every worker exited 0 on its own
+  kFailed,     // a worker failed; the others were stopped
+  kSignaled,   // a forwarded signal ended the attempt
+  kStopped,    // stopped on request (the round ended): not a failure
+};
+
+// A request to stop the attempt, posted from any thread. The attempt may not
+// exist yet when it arrives, or have finished: the channel keeps it.
+class StopChannel {
+ public:
+  void post(std::string reason);
+  std::optional<std::string> pending() const;
+  // The attempt's loop registers its wakeup while it runs (a pending request
+  // wakes it at once) and removes it before the loop goes away.
+  void attach(uv_async_t* async);
+  void detach();
+
+ private:
+  mutable std::mutex mu_;
+  std::optional<std::string> reason_;
+  uv_async_t* async_ = nullptr;
+};
+
+struct AttemptHooks {
+  // On the loop, once, when the first worker fails (before the others are
+  // stopped): the dynamic agent ends the round here so other nodes stop too.
+  std::function<void(const supervisor::WorkerExit&)> on_failure;
+  // On the loop, once, when a forwarded signal arrives.
+  std::function<void(int signo)> on_signal;
+  // Stop requests from other threads; may be null.
+  StopChannel* stop = nullptr;
+};
+
+// What a node knows for every attempt: set up once by run_agent.
+struct NodeContext {
+  supervisor::DeathWatch* watch = nullptr;
+  std::filesystem::path run_dir;
+  std::string host;                         // this host's name (log prefixes)
+  std::map<std::string, std::string> base;  // the workers' base environment
+};
+
+struct AttemptResult {
+  Outcome outcome = Outcome::kFailed;
+  std::vector<supervisor::WorkerExit> failures;
+  std::vector<std::string> error_files;
+  int stop_signal = 0;
+  std::optional<std::string> stop_reason;
+};
+
+// Starts this node's workers for `a` (logs and error files under
+// <run_dir>/attempt_<attempt>/), runs the pre/post-train hooks around them,
+// and returns when all have exited.
+AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, const Assignment& a,
+                          int attempt, const AttemptHooks& hooks);
+
+}  // namespace elasticrun::agent

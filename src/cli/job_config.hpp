@@ -1,0 +1,52 @@
+// The job config file (--config FILE, YAML; the schema is docs/job-config.md):
+// hyperpodrun's elasticPolicy block plus our stable periods, and per-world-size
+// hyperparameters for the worker SDK.
+//
+// Strict on purpose: an unknown key, a key given twice, or a value of the
+// wrong type is a ConfigError naming the file, the line and the key, because
+// a misspelt "maxReplica" silently ignored would run the job at the wrong size.
+// Ranges (min <= max, ...) are checked later, after the command line has
+// overridden what it overrides (cli/elastic_parse.hpp).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cli/elastic_options.hpp"
+
+namespace elasticrun::cli {
+
+// A value from the file and where it was: "job.yaml, line 3: elasticPolicy.minReplicas".
+template <class T>
+struct FileValue {
+  T value;
+  std::string origin;
+};
+
+// What the file says; absent keys are nullopt (or empty).
+struct JobConfig {
+  std::optional<FileValue<int>> min_replicas;
+  std::optional<FileValue<int>> max_replicas;
+  std::optional<FileValue<int>> replica_increment_step;
+  std::optional<FileValue<std::vector<int>>> replica_discrete_values;
+  std::optional<FileValue<double>> graceful_shutdown_timeout;
+  std::optional<FileValue<double>> scaling_timeout;
+  std::optional<FileValue<double>> faulty_scale_down_timeout;
+  std::optional<FileValue<double>> min_stable_period;
+  std::optional<FileValue<double>> max_stable_period;
+  WorldSizeOverrides world_size_overrides;
+  // Where each world size of world_size_overrides was given, for notes.
+  std::map<int, std::string> world_size_origins;
+};
+
+// Parses YAML text; `file` names it in messages. An empty document is an
+// empty config. Throws ConfigError.
+JobConfig parse_job_config(std::string_view yaml, std::string_view file);
+
+// Reads `path` (at most 1 MiB) and parses it. Throws ConfigError when it
+// cannot be read, naming the path and the reason.
+JobConfig load_job_config(const std::string& path);
+
+}  // namespace elasticrun::cli

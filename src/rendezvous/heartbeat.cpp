@@ -1,0 +1,80 @@
+#include "rendezvous/heartbeat.hpp"
+
+#include <csignal>
+
+#include "util/logging.hpp"
+
+namespace elasticrun::rendezvous {
+
+std::thread start_quiet_thread(std::function<void()> f) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  std::thread t(std::move(f));
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return t;
+}
+
+namespace {
+StoreClient connect_for(const RendezvousConfig& c, std::chrono::milliseconds connect_timeout) {
+  StoreClientOptions o;
+  o.key_prefix = keys::prefix(c.run_id);
+  o.connect_timeout = connect_timeout;
+  // A beat that takes longer than the stall limit is as good as missing.
+  o.timeout = c.heartbeat_interval * c.missed_heartbeats;
+  return StoreClient::connect(c.store_host, static_cast<uint16_t>(c.store_port), o);
+}
+}  // namespace
+
+Heartbeat::Heartbeat(const RendezvousConfig& config)
+    : config_(config), client_(connect_for(config_, config_.store_timeout)) {
+  client_.add(keys::heartbeat(config_.node_id), 1);
+  thread_ = start_quiet_thread([this] { run(); });
+}
+
+Heartbeat::~Heartbeat() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Heartbeat::run() {
+  auto log = util::logger("rendezvous");
+  const std::string key = keys::heartbeat(config_.node_id);
+  bool broken = false;
+  std::unique_lock lock(mu_);
+  while (!cv_.wait_for(lock, config_.heartbeat_interval, [this] { return stop_; })) {
+    lock.unlock();
+    try {
+      if (broken) {
+        // Short: the destructor may be waiting for this thread.
+        client_ = connect_for(config_, config_.heartbeat_interval);
+        log->info("heartbeat: reconnected to the store {}", client_.endpoint());
+        broken = false;
+      }
+      client_.add(key, 1);
+    } catch (const Error& e) {
+      // The store may be restarting or the network cut for a moment: keep
+      // trying every interval; the leader decides what a gap means.
+      if (!broken) log->warn("heartbeat: {}", e.what());
+      broken = true;
+    }
+    lock.lock();
+  }
+}
+
+bool StallDetector::stalled(const std::string& name, int64_t value,
+                            std::chrono::steady_clock::time_point now) {
+  auto [it, inserted] = seen_.try_emplace(name, Seen{value, now});
+  if (inserted) return false;
+  if (it->second.value != value) {
+    it->second = Seen{value, now};
+    return false;
+  }
+  return now - it->second.since > limit_;
+}
+
+}  // namespace elasticrun::rendezvous

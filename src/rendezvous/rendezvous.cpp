@@ -1,0 +1,554 @@
+#include "rendezvous/rendezvous.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "rendezvous/heartbeat.hpp"
+#include "util/deadline.hpp"
+#include "util/logging.hpp"
+
+namespace elasticrun::rendezvous {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string rkey(uint64_t round, const std::string& name) {
+  return "r/" + std::to_string(round) + "/" + name;
+}
+
+int64_t to_int(const std::string& text, const std::string& what) {
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || p != text.data() + text.size()) {
+    throw StoreError("rendezvous: malformed " + what + ": '" + text + "'");
+  }
+  return v;
+}
+
+// "600 s", "0.3 s".
+std::string seconds_text(Millis d) {
+  std::string s = std::to_string(d.count() / 1000);
+  if (d.count() % 1000) {
+    std::string frac = std::to_string(1000 + d.count() % 1000).substr(1);
+    while (frac.back() == '0') frac.pop_back();
+    s += "." + frac;
+  }
+  return s + " s";
+}
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(text);
+  while (std::getline(in, cur, sep)) out.push_back(cur);
+  return out;
+}
+
+}  // namespace
+
+const char* to_string(EndKind k) {
+  switch (k) {
+    case EndKind::kScaleUp:
+      return "scale_up";
+    case EndKind::kScaleDown:
+      return "scale_down";
+    case EndKind::kReplace:
+      return "replace";
+    case EndKind::kRestart:
+      return "restart";
+    case EndKind::kFail:
+      return "fail";
+    case EndKind::kDone:
+      return "done";
+  }
+  return "?";
+}
+
+// "<kind> <target> <survivors> <wait_ms> <release> <reason...>"
+std::string EndRecord::serialize() const {
+  return std::string(to_string(kind)) + " " + std::to_string(target) + " " +
+         std::to_string(survivors) + " " + std::to_string(wait.count()) + " " +
+         std::to_string(release) + " " + reason;
+}
+
+EndRecord EndRecord::parse(const std::string& text) {
+  std::istringstream in(text);
+  std::string kind;
+  EndRecord r;
+  int64_t wait_ms = 0;
+  if (!(in >> kind >> r.target >> r.survivors >> wait_ms >> r.release)) {
+    throw StoreError("rendezvous: malformed end record '" + text + "'");
+  }
+  static const EndKind kAll[] = {EndKind::kScaleUp, EndKind::kScaleDown, EndKind::kReplace,
+                                 EndKind::kRestart, EndKind::kFail,      EndKind::kDone};
+  bool known = false;
+  for (EndKind k : kAll) {
+    if (kind == to_string(k)) {
+      r.kind = k;
+      known = true;
+    }
+  }
+  if (!known) throw StoreError("rendezvous: unknown end kind in '" + text + "'");
+  r.wait = Millis(wait_ms);
+  std::getline(in >> std::ws, r.reason);
+  return r;
+}
+
+namespace keys {
+std::string prefix(const std::string& run_id) {
+  return "/elasticrun/" + run_id + "/";
+}
+std::string heartbeat(const std::string& node_id) {
+  return "hb/" + node_id;
+}
+}  // namespace keys
+
+// What an agent writes when it joins: everything the closer needs to order
+// and place it, one field per line.
+struct Rendezvous::Record {
+  std::string node_id;
+  std::string host;
+  int local_world_size = 1;
+  int64_t prev_round = 0;  // 0: never admitted
+  int prev_rank = -1;
+  bool released = false;
+  int64_t index = 0;  // arrival index in this round (not serialised)
+
+  std::string serialize() const {
+    return node_id + "\n" + host + "\n" + std::to_string(local_world_size) + "\n" +
+           std::to_string(prev_round) + "\n" + std::to_string(prev_rank) + "\n" +
+           (released ? "1" : "0");
+  }
+  static Record parse(const std::string& text, int64_t index) {
+    auto f = split(text, '\n');
+    if (f.size() != 6) throw StoreError("rendezvous: malformed join record '" + text + "'");
+    Record r;
+    r.node_id = f[0];
+    r.host = f[1];
+    r.local_world_size = static_cast<int>(to_int(f[2], "local world size"));
+    r.prev_round = to_int(f[3], "previous round");
+    r.prev_rank = static_cast<int>(to_int(f[4], "previous rank"));
+    r.released = f[5] == "1";
+    r.index = index;
+    return r;
+  }
+};
+
+namespace {
+StoreClient connect_store(const RendezvousConfig& c) {
+  StoreClientOptions o;
+  o.key_prefix = keys::prefix(c.run_id);
+  o.connect_timeout = c.store_timeout;
+  o.timeout = c.store_timeout;
+  return StoreClient::connect(c.store_host, static_cast<uint16_t>(c.store_port), o);
+}
+}  // namespace
+
+Rendezvous::Rendezvous(RendezvousConfig config)
+    : config_(std::move(config)), client_(connect_store(config_)) {}
+
+Rendezvous::~Rendezvous() = default;
+
+void Rendezvous::check_cancelled() const {
+  if (cancelled_.load())
+    throw RendezvousClosed(false, "rendezvous cancelled: the agent is stopping");
+}
+
+Assignment Rendezvous::join(bool released) {
+  auto log = util::logger("rendezvous");
+  // COMPARE_SET on an absent key with expected "" creates it: the first
+  // agent of a job opens round 1.
+  uint64_t round = static_cast<uint64_t>(to_int(client_.compare_set("round", "", "1"), "round"));
+  for (;;) {
+    check_cancelled();
+    if (auto done = job_finished()) {
+      throw RendezvousClosed(
+          done->first,
+          "the job has " + std::string(done->first ? "failed" : "finished") + ": " + done->second);
+    }
+    bool spare = false;
+    Assignment a = join_round(round, released, spare);
+    if (!spare) {
+      last_ = a;
+      log->info("round {}: admitted as group rank {} of {} (world size {})", a.round, a.group_rank,
+                a.group_world_size, a.world_size);
+      return a;
+    }
+    log->info("round {} closed without this node: waiting as a spare for round {}", round,
+              round + 1);
+    ++round;
+  }
+}
+
+Assignment Rendezvous::join_round(uint64_t round, bool released, bool& spare) {
+  Record me;
+  me.node_id = config_.node_id;
+  me.host = config_.host;
+  me.local_world_size = config_.local_world_size;
+  if (last_) {
+    me.prev_round = static_cast<int64_t>(last_->round);
+    me.prev_rank = last_->group_rank;
+  }
+  me.released = released;
+  const int64_t index = client_.add(rkey(round, "count"), 1);
+  client_.set(rkey(round, "rec/" + std::to_string(index)), me.serialize());
+  if (me.prev_round == static_cast<int64_t>(round) - 1 && !released) {
+    // Survivors also take a survivor index, so that the closer can wait for
+    // all of them by waiting on one key.
+    const int64_t s = client_.add(rkey(round, "sv_count"), 1);
+    client_.set(rkey(round, "sv/" + std::to_string(s)), config_.node_id);
+  }
+  if (round > 1 && !client_.check({rkey(round, "target")})) {
+    util::logger("rendezvous")
+        ->info("round {} opens when the running round ends: this node waits as a spare", round);
+  }
+  if (index == 1) close_round(round);
+  wait_for_close(round, index);
+
+  const std::string closed = client_.get(rkey(round, "closed"));
+  if (closed.rfind("failjob ", 0) == 0)
+    throw RendezvousClosed(true, "the job failed: " + closed.substr(8));
+  if (closed.rfind("fail", 0) == 0) {
+    throw TimeoutError("rendezvous round " + std::to_string(round) + " of run '" + config_.run_id +
+                       "' failed: " + closed.substr(std::min<size_t>(5, closed.size())));
+  }
+  const int64_t candidates = to_int(closed, "closed count");
+  spare = true;
+  if (index > candidates) return {};
+  const std::string v = client_.get(rkey(round, "assign/" + std::to_string(index)));
+  if (v == "spare") return {};
+  std::istringstream in(v);
+  std::string tag;
+  Assignment a;
+  a.round = round;
+  if (!(in >> tag >> a.group_rank >> a.group_world_size >> a.rank_offset >> a.world_size >>
+        a.leader_node_id) ||
+      tag != "ok") {
+    throw StoreError("rendezvous: malformed assignment '" + v + "'");
+  }
+  spare = false;
+  return a;
+}
+
+// Waits up to `budget` for `key`, one heartbeat interval at a time, between
+// which it notices a cancelled agent and a job that ended. True when the key
+// exists.
+bool Rendezvous::wait_while_running(const std::string& key, Millis budget, const char* while_what) {
+  const auto until = Clock::now() + budget;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<Millis>(until - Clock::now());
+    if (left <= Millis(0)) return client_.check({key});
+    try {
+      client_.wait({key}, std::min(left, config_.heartbeat_interval));
+      return true;
+    } catch (const TimeoutError&) {
+    }
+    check_cancelled();
+    if (auto done = job_finished()) {
+      throw RendezvousClosed(done->first, std::string("the job ended while this node ") +
+                                              while_what + ": " + done->second);
+    }
+  }
+}
+
+// Waits for the round's `closed` key. The closer is the first arrival; if
+// its heartbeat stops while we wait, we close the round ourselves (the
+// COMPARE_SET on `closed` lets exactly one closer win).
+void Rendezvous::wait_for_close(uint64_t round, int64_t my_index) {
+  const std::string closed_key = rkey(round, "closed");
+  std::string closer_hb;
+  int64_t last_beat = -1;
+  auto last_change = Clock::now();
+  const auto stale_after = config_.heartbeat_interval * config_.missed_heartbeats;
+  for (;;) {
+    if (wait_while_running(closed_key, config_.heartbeat_interval, "waited to join")) return;
+    if (my_index == 1) continue;  // we are the closer (a spare waiting for the round to open)
+    if (closer_hb.empty()) {
+      closer_hb = keys::heartbeat(Record::parse(client_.get(rkey(round, "rec/1")), 1).node_id);
+    }
+    const int64_t beat = client_.add(closer_hb, 0);
+    if (beat != last_beat) {
+      last_beat = beat;
+      last_change = Clock::now();
+    } else if (Clock::now() - last_change > stale_after) {
+      util::logger("rendezvous")
+          ->warn("round {}: the closing agent's heartbeat stopped; closing the round here", round);
+      close_round(round);
+    }
+  }
+}
+
+void Rendezvous::close_round(uint64_t round) {
+  auto log = util::logger("rendezvous");
+  const auto& sizes = config_.sizes;
+  const std::string count_key = rkey(round, "count");
+  auto rec_key = [&](int64_t i) { return rkey(round, "rec/" + std::to_string(i)); };
+  // Waits until `n` agents have joined or `budget` passes; true when they did.
+  auto wait_for = [&](int64_t n, Millis budget) {
+    return wait_while_running(rec_key(n), budget, "waited to join");
+  };
+
+  int target = sizes.max_replicas;
+  int lost = 0;  // members of the round before that did not come back
+  if (round == 1) {
+    if (wait_for(sizes.min_replicas, config_.join_timeout)) {
+      if (sizes.max_replicas > sizes.min_replicas) {
+        wait_for(sizes.max_replicas, config_.last_call_timeout);
+      }
+    }
+  } else {
+    // A later round opens when the round before ends; its end record says
+    // how many members to expect and for how long. Spares wait here, for as
+    // long as the job runs.
+    const std::string target_key = rkey(round, "target");
+    while (!wait_while_running(target_key, std::chrono::hours(24), "waited as a spare")) {
+    }
+    std::istringstream in(client_.get(target_key));
+    int64_t wait_ms = 0;
+    int survivors = 0;
+    in >> target >> survivors >> wait_ms;
+    target = std::clamp(target, sizes.min_replicas, sizes.max_replicas);
+    lost = wait_for_survivors(round, target, survivors, Millis(wait_ms));
+    if (client_.add(count_key, 0) < sizes.min_replicas) {
+      wait_for(sizes.min_replicas, config_.join_timeout);
+    }
+  }
+
+  const int64_t count = client_.add(count_key, 0);
+  const auto admit =
+      elastic::largest_allowed_at_most(sizes, static_cast<int>(std::min<int64_t>(count, target)));
+  std::string closed_value = std::to_string(count);
+  if (const auto spent = account_failure(round, lost)) {
+    closed_value = "failjob " + *spent;
+  } else if (!admit || count < sizes.min_replicas) {
+    closed_value = "fail " + std::to_string(count) + " agent(s) joined within " +
+                   seconds_text(config_.join_timeout) + "; at least " +
+                   std::to_string(sizes.min_replicas) + " needed";
+  }
+  const std::string now = client_.compare_set(rkey(round, "closed"), "", closed_value);
+  if (now != closed_value) return;  // another agent closed it first
+  // Late arrivals from here on belong to the next round.
+  client_.compare_set("round", std::to_string(round), std::to_string(round + 1));
+  if (closed_value.rfind("failjob ", 0) == 0) {
+    mark_job_finished(true, closed_value.substr(8));
+    log->error("round {}: {}", round, closed_value.substr(8));
+    return;
+  }
+  if (closed_value.rfind("fail", 0) == 0) {
+    log->error("round {}: {}", round, closed_value.substr(5));
+    return;
+  }
+
+  std::vector<std::string> names;
+  for (int64_t i = 1; i <= count; ++i) names.push_back(rec_key(i));
+  // An agent writes its record right after taking its index; waiting a few
+  // heartbeats covers one that is slow, and one that died in between fails
+  // the round's close (agents then time out and start over).
+  const auto values =
+      client_.multi_get(names, config_.heartbeat_interval * config_.missed_heartbeats);
+  std::vector<Record> recs;
+  for (int64_t i = 1; i <= count; ++i) {
+    recs.push_back(Record::parse(values[static_cast<size_t>(i - 1)], i));
+  }
+  // Survivors of the previous round keep their order, newcomers follow in
+  // arrival order, nodes that gave their place back come last.
+  auto klass = [&](const Record& r) {
+    if (r.released) return 2;
+    return r.prev_round == static_cast<int64_t>(round) - 1 && r.prev_rank >= 0 ? 0 : 1;
+  };
+  std::stable_sort(recs.begin(), recs.end(), [&](const Record& a, const Record& b) {
+    const int ka = klass(a), kb = klass(b);
+    if (ka != kb) return ka < kb;
+    if (ka == 0) return a.prev_rank < b.prev_rank;
+    return a.index < b.index;
+  });
+  const int members = *admit;
+  int world = 0;
+  for (int i = 0; i < members; ++i) world += recs[static_cast<size_t>(i)].local_world_size;
+  std::vector<std::string> assign_keys, assign_values;
+  std::string member_list;
+  int offset = 0;
+  const std::string& leader = recs[0].node_id;
+  for (size_t i = 0; i < recs.size(); ++i) {
+    assign_keys.push_back(rkey(round, "assign/" + std::to_string(recs[i].index)));
+    if (static_cast<int>(i) < members) {
+      assign_values.push_back("ok " + std::to_string(i) + " " + std::to_string(members) + " " +
+                              std::to_string(offset) + " " + std::to_string(world) + " " + leader);
+      offset += recs[i].local_world_size;
+      member_list += (member_list.empty() ? "" : "\n") + recs[i].node_id;
+    } else {
+      assign_values.push_back("spare");
+    }
+  }
+  client_.set(rkey(round, "members"), member_list);
+  client_.multi_set(assign_keys, assign_values);
+  log->info("round {} closed: {} member(s), {} spare(s), world size {}", round, members,
+            count - members, world);
+}
+
+// Later rounds: waits until every survivor of the round before is back and
+// the target is reached. Survivors are alive and only stopping their
+// workers, so they get `wait`; a member whose heartbeat has stopped is lost,
+// and then replacements get the faulty-scale-down timeout. Returns how many
+// members were found lost.
+int Rendezvous::wait_for_survivors(uint64_t round, int target, int survivors, Millis wait) {
+  auto log = util::logger("rendezvous");
+  const auto start = Clock::now();
+  const auto rejoin_deadline = start + wait;
+  std::optional<Clock::time_point> lost_at;
+  StallDetector stalls(config_.heartbeat_interval * config_.missed_heartbeats);
+  std::vector<std::string> previous;
+  std::set<std::string> lost;
+  for (;;) {
+    check_cancelled();
+    const int64_t back = client_.add(rkey(round, "sv_count"), 0);
+    const int64_t count = client_.add(rkey(round, "count"), 0);
+    const int expected = survivors - static_cast<int>(lost.size());
+    const auto now = Clock::now();
+    if (back >= expected) {
+      if (count >= target) break;
+      if (lost_at && now >= *lost_at + config_.faulty_scale_down_timeout) break;
+      if (!lost_at && now >= rejoin_deadline) break;
+    } else if (now >= rejoin_deadline) {
+      log->warn("round {}: {} of {} member(s) came back within {} ms", round, back, expected,
+                wait.count());
+      break;
+    }
+    if (back < expected) {
+      // Which members of the round before are still out, and are they alive?
+      if (previous.empty() && round > 1) previous = members(round - 1);
+      std::set<std::string> joined;
+      if (back > 0) {
+        std::vector<std::string> keys;
+        for (int64_t i = 1; i <= back; ++i) keys.push_back(rkey(round, "sv/" + std::to_string(i)));
+        for (auto& id : client_.multi_get(keys)) joined.insert(id);
+      }
+      std::vector<std::string> out, hb;
+      for (const auto& m : previous) {
+        if (!joined.count(m) && !lost.count(m)) {
+          out.push_back(m);
+          hb.push_back(keys::heartbeat(m));
+        }
+      }
+      if (!hb.empty()) {
+        const auto beats = client_.multi_get(hb);
+        for (size_t i = 0; i < out.size(); ++i) {
+          if (stalls.stalled(out[i], to_int(beats[i], "heartbeat"))) {
+            log->warn("round {}: member {} of round {} is lost (no heartbeat)", round, out[i],
+                      round - 1);
+            lost.insert(out[i]);
+            if (!lost_at) lost_at = Clock::now();
+          }
+        }
+      }
+    }
+    // Sleep on the key that would end the wait: the last survivor's, else the target's.
+    const std::string key = back < expected ? rkey(round, "sv/" + std::to_string(expected))
+                                            : rkey(round, "rec/" + std::to_string(target));
+    try {
+      client_.wait({key}, config_.heartbeat_interval);
+    } catch (const TimeoutError&) {
+    }
+  }
+  return static_cast<int>(lost.size());
+}
+
+// A round that ended because a worker failed costs one of --max-restarts,
+// unless a member of it was lost: then the failure was the lost node's
+// (its peers' collectives broke), a membership change, not a restart.
+// Counted once per round, whoever closes it. Returns the reason the job
+// fails when the restarts are spent.
+std::optional<std::string> Rendezvous::account_failure(uint64_t round, int lost) {
+  if (round <= 1) return std::nullopt;
+  const std::string end_key = rkey(round - 1, "end");
+  if (!client_.check({end_key})) return std::nullopt;
+  const EndRecord prev = EndRecord::parse(client_.get(end_key));
+  if (prev.kind != EndKind::kRestart) return std::nullopt;
+  if (lost > 0) {
+    util::logger("rendezvous")
+        ->info(
+            "round {}: the failure that ended round {} follows the loss of a member: not "
+            "counted against --max-restarts",
+            round, round - 1);
+    return std::nullopt;
+  }
+  if (client_.compare_set(rkey(round, "counted"), "", config_.node_id) != config_.node_id) {
+    return std::nullopt;
+  }
+  const int64_t used = client_.add("failures", 1);
+  if (used <= config_.max_restarts) return std::nullopt;
+  return prev.reason + "; --max-restarts " + std::to_string(config_.max_restarts) + " spent";
+}
+
+void Rendezvous::publish_master(uint64_t round, const std::string& host, int port) {
+  client_.set(rkey(round, "master"), host + " " + std::to_string(port));
+}
+
+std::pair<std::string, int> Rendezvous::master(uint64_t round) {
+  std::istringstream in(client_.get(rkey(round, "master"), config_.join_timeout));
+  std::pair<std::string, int> m;
+  if (!(in >> m.first >> m.second)) throw StoreError("rendezvous: malformed master address");
+  return m;
+}
+
+EndRecord Rendezvous::end_round(uint64_t round, const EndRecord& record) {
+  const std::string mine = record.serialize();
+  const std::string now = client_.compare_set(rkey(round, "end"), "", mine);
+  if (now == mine) {
+    client_.set(rkey(round + 1, "target"), std::to_string(record.target) + " " +
+                                               std::to_string(record.survivors) + " " +
+                                               std::to_string(record.wait.count()));
+  }
+  return EndRecord::parse(now);
+}
+
+std::optional<EndRecord> Rendezvous::wait_end(uint64_t round, Millis timeout) {
+  const std::string key = rkey(round, "end");
+  try {
+    client_.wait({key}, timeout);
+  } catch (const TimeoutError&) {
+    return std::nullopt;
+  }
+  return EndRecord::parse(client_.get(key));
+}
+
+std::vector<std::string> Rendezvous::members(uint64_t round) {
+  return split(client_.get(rkey(round, "members")), '\n');
+}
+
+int Rendezvous::waiting_after(uint64_t round) {
+  return static_cast<int>(client_.add(rkey(round + 1, "count"), 0));
+}
+
+void Rendezvous::announce_leaving(uint64_t round) {
+  client_.add(rkey(round, "leaving"), 1);
+}
+
+int Rendezvous::leaving(uint64_t round) {
+  return static_cast<int>(client_.add(rkey(round, "leaving"), 0));
+}
+
+int64_t Rendezvous::arrive_done(uint64_t round) {
+  return client_.add(rkey(round, "done"), 1);
+}
+
+int64_t Rendezvous::failures() {
+  return client_.add("failures", 0);
+}
+
+void Rendezvous::mark_job_finished(bool failed, const std::string& reason) {
+  client_.compare_set("job/finished", "", (failed ? "fail " : "ok ") + reason);
+}
+
+std::optional<std::pair<bool, std::string>> Rendezvous::job_finished() {
+  if (!client_.check({"job/finished"})) return std::nullopt;
+  const std::string v = client_.get("job/finished");
+  const bool failed = v.rfind("fail", 0) == 0;
+  const size_t sp = v.find(' ');
+  return std::make_pair(failed, sp == std::string::npos ? std::string() : v.substr(sp + 1));
+}
+
+}  // namespace elasticrun::rendezvous

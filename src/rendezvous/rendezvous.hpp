@@ -1,0 +1,189 @@
+// Dynamic rendezvous over the store: rounds, joins, closing, rank assignment,
+// the end of a round, and the counters every agent shares.
+//
+// The protocol (docs/protocol.md, "Rendezvous") in one paragraph: the store
+// keeps the number of the round open for joining. An agent joins round r by
+// taking an arrival index with one ADD and writing its record under that
+// index. The agent that arrived first closes the round: it waits for the
+// target number of agents (or a window), fixes the number of candidates with
+// one COMPARE_SET, reads their records with one MULTI_GET, orders them
+// (survivors of the round before in their old order, then newcomers by
+// arrival, released nodes last), admits the largest allowed size, and writes
+// every candidate's assignment with one MULTI_SET. Every other agent waits on
+// the round's `closed` key and reads its own assignment. A round ends when
+// one agent wins the COMPARE_SET of its `end` key; the record says why and
+// what the next round should aim for. Each agent costs O(1) store
+// operations per round; the closer's two bulk operations carry O(agents)
+// bytes.
+//
+// Blocking by design: the agent calls this from its own thread between
+// attempts, and every call has a deadline.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "elastic/policy.hpp"
+#include "elasticrun/store_client.hpp"
+
+namespace elasticrun::rendezvous {
+
+using Millis = std::chrono::milliseconds;
+
+struct RendezvousConfig {
+  std::string store_host;
+  int store_port = 29400;
+  std::string run_id = "none";
+  // Unique per agent process (host-pid-random); names its heartbeat key.
+  std::string node_id;
+  // The address workers of other nodes reach this node at (--local-addr, else
+  // the host's name); the master address when this node gets group rank 0.
+  std::string host;
+  int local_world_size = 1;
+  // Sizes the rounds may close at (min/max replicas, step or discrete sizes).
+  elastic::PolicyConfig sizes;
+  // How long an agent waits for a round to admit it before giving up.
+  Millis join_timeout{std::chrono::seconds(600)};
+  // The first round: once the minimum has joined, how long to wait for more.
+  Millis last_call_timeout{std::chrono::seconds(1)};
+  // Later rounds: how long to wait for members that are expected back (they
+  // are alive; they only need to stop their workers) before closing without.
+  Millis rejoin_timeout{std::chrono::seconds(30)};
+  // After a member is lost, how long a round waits for replacements before
+  // it closes smaller (the policy's --faulty-scale-down-timeout).
+  Millis faulty_scale_down_timeout{std::chrono::seconds(30)};
+  // Rounds that end because a worker failed, beyond this many, fail the job.
+  int max_restarts = 0;
+  Millis heartbeat_interval{std::chrono::seconds(1)};
+  int missed_heartbeats = 5;
+  Millis store_timeout{std::chrono::seconds(60)};
+};
+
+// Why a round ended (the value of its `end` key).
+enum class EndKind { kScaleUp, kScaleDown, kReplace, kRestart, kFail, kDone };
+const char* to_string(EndKind k);
+
+struct EndRecord {
+  EndKind kind = EndKind::kRestart;
+  int target = 0;  // members the next round aims for
+  // Members of this round expected back in the next (not leaving, lost or
+  // released): the next round waits for all of them before it closes, so
+  // that they keep their places ahead of spares and released nodes.
+  int survivors = 0;
+  Millis wait{0};   // how long the next round waits for them
+  int release = 0;  // the highest `release` group ranks leave the job
+  std::string reason;
+
+  std::string serialize() const;
+  static EndRecord parse(const std::string& text);  // throws StoreError
+};
+
+// One node's place in a closed round.
+struct Assignment {
+  uint64_t round = 0;
+  int group_rank = 0;
+  int group_world_size = 0;
+  int rank_offset = 0;  // global rank of this node's local rank 0
+  int world_size = 0;   // workers in the job
+  // Group rank 0's node id, for followers that watch the leader's heartbeat.
+  std::string leader_node_id;
+};
+
+class Rendezvous {
+ public:
+  // Connects to the store (retrying until store_timeout). Throws NetworkError.
+  explicit Rendezvous(RendezvousConfig config);
+  ~Rendezvous();
+  Rendezvous(const Rendezvous&) = delete;
+  Rendezvous& operator=(const Rendezvous&) = delete;
+
+  // Joins the open round and returns when a round admits this node; waits as
+  // a spare through rounds that do not. Throws TimeoutError when no round
+  // admits it within join_timeout (the message says how many joined and how
+  // many were needed), RendezvousClosed when the job finished or failed.
+  // `released`: this node gave its place back (elasticctl release) and is
+  // admitted only after every other candidate.
+  Assignment join(bool released = false);
+
+  // Group rank 0 publishes where its workers' store is; everyone reads it.
+  void publish_master(uint64_t round, const std::string& host, int port);
+  std::pair<std::string, int> master(uint64_t round);
+
+  // Ends the round unless someone else already did; returns the record in
+  // force (ours or the winner's). A round that ends with a target makes the
+  // next round aim for it.
+  EndRecord end_round(uint64_t round, const EndRecord& record);
+  // The round's end record, waiting up to `timeout`; nullopt when still running.
+  std::optional<EndRecord> wait_end(uint64_t round, Millis timeout);
+
+  // Members of a closed round in group-rank order (node ids).
+  std::vector<std::string> members(uint64_t round);
+  // Agents waiting to join the round after `round` (spares included).
+  int waiting_after(uint64_t round);
+  // Announce that this node leaves (spot notice); counted per round.
+  void announce_leaving(uint64_t round);
+  int leaving(uint64_t round);
+
+  // Exit barrier: this node's workers all succeeded in `round`; returns how
+  // many nodes of the round have said so.
+  int64_t arrive_done(uint64_t round);
+
+  // Job-wide failure count: TORCHELASTIC_RESTART_COUNT of the workers.
+  int64_t failures();
+
+  // Marks the job finished (spares and late joiners exit) or failed.
+  void mark_job_finished(bool failed, const std::string& reason);
+  // nullopt while the job runs; else (failed, reason).
+  std::optional<std::pair<bool, std::string>> job_finished();
+
+  // The node's last assignment, if any (used as "survivor" order when rejoining).
+  const std::optional<Assignment>& last() const { return last_; }
+  const RendezvousConfig& config() const { return config_; }
+  StoreClient& client() { return client_; }
+
+  // Stops a blocking join() from another thread (agent shutdown): it throws
+  // RendezvousClosed at its next check (within a heartbeat interval).
+  void cancel() { cancelled_.store(true); }
+
+ private:
+  struct Record;
+  Assignment join_round(uint64_t round, bool released, bool& spare);
+  void close_round(uint64_t round);
+  int wait_for_survivors(uint64_t round, int target, int survivors, Millis wait);
+  std::optional<std::string> account_failure(uint64_t round, int lost);
+  void wait_for_close(uint64_t round, int64_t my_index);
+  void check_cancelled() const;
+  bool wait_while_running(const std::string& key, Millis budget, const char* while_what);
+
+  RendezvousConfig config_;
+  StoreClient client_;
+  std::optional<Assignment> last_;
+  std::atomic<bool> cancelled_{false};
+};
+
+// The job ended (finished, failed, or the agent was cancelled) while waiting.
+class RendezvousClosed : public Error {
+ public:
+  RendezvousClosed(bool failed, const std::string& what) : Error(what), failed_(failed) {}
+  bool failed() const { return failed_; }
+
+ private:
+  bool failed_;
+};
+
+// Job-wide keys outside the rounds, shared with elasticctl.
+namespace keys {
+std::string prefix(const std::string& run_id);                 // "/elasticrun/<run_id>/"
+inline constexpr const char* kScaleRequest = "ctl/scale";      // decimal N
+inline constexpr const char* kReleaseRequest = "ctl/release";  // ADD K
+inline constexpr const char* kRequestSeq = "ctl/seq";          // ADD 1 after each request
+inline constexpr const char* kPolicyState = "policy/state";
+std::string heartbeat(const std::string& node_id);
+}  // namespace keys
+
+}  // namespace elasticrun::rendezvous

@@ -1,0 +1,158 @@
+#include "rendezvous/round_watch.hpp"
+
+#include "util/logging.hpp"
+
+namespace elasticrun::rendezvous {
+namespace {
+
+elastic::TimeMs wall_now() {
+  // Wall-clock milliseconds: the policy's state outlives a leader, and the
+  // next leader (another host) must read the same times.
+  return std::chrono::duration_cast<elastic::TimeMs>(
+      std::chrono::system_clock::now().time_since_epoch());
+}
+
+EndRecord to_end_record(const elastic::Decision& d, const RendezvousConfig& c) {
+  EndRecord r;
+  r.target = d.target;
+  r.release = d.release;
+  r.reason = d.reason;
+  r.wait = c.rejoin_timeout;
+  switch (d.action) {
+    case elastic::Action::kScaleUp:
+      r.kind = EndKind::kScaleUp;
+      break;
+    case elastic::Action::kScaleDown:
+      r.kind = EndKind::kScaleDown;
+      break;
+    case elastic::Action::kReplace:
+      r.kind = EndKind::kReplace;
+      r.wait = std::max(d.wait_for_replacements, c.heartbeat_interval);
+      break;
+    case elastic::Action::kFail:
+    case elastic::Action::kNone:
+      r.kind = EndKind::kFail;
+      break;
+  }
+  return r;
+}
+
+}  // namespace
+
+RoundWatch::RoundWatch(const RendezvousConfig& config, WatchOptions options)
+    : options_(std::move(options)), rdzv_(std::make_unique<Rendezvous>(config)) {
+  thread_ = start_quiet_thread([this] { run(); });
+}
+
+RoundWatch::~RoundWatch() {
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+}
+
+void RoundWatch::run() {
+  auto log = util::logger("rendezvous");
+  const auto& c = rdzv_->config();
+  const Assignment& a = options_.assignment;
+  try {
+    const bool leader = a.group_rank == 0;
+    std::vector<std::string> members;
+    std::unique_ptr<elastic::Policy> policy;
+    if (leader) {
+      members = rdzv_->members(a.round);
+      elastic::PolicyState state;
+      if (rdzv_->client().check({keys::kPolicyState})) {
+        state = elastic::PolicyState::parse(rdzv_->client().get(keys::kPolicyState));
+      }
+      policy = std::make_unique<elastic::Policy>(options_.policy, state);
+    }
+    StallDetector stalls(c.heartbeat_interval * c.missed_heartbeats);
+    while (!stop_.load()) {
+      if (auto end = rdzv_->wait_end(a.round, c.heartbeat_interval)) {
+        if (!stop_.load()) options_.on_end(*end);
+        return;
+      }
+      if (stop_.load()) return;
+      if (leader) {
+        lead(members, *policy, stalls);
+      } else {
+        follow(stalls);
+      }
+    }
+  } catch (const Error& e) {
+    // The store is gone or broken: nothing this node can decide; the
+    // agent learns it from its workers or at the next rendezvous.
+    if (!stop_.load()) log->error("round {}: watching the round failed: {}", a.round, e.what());
+  }
+}
+
+void RoundWatch::lead(const std::vector<std::string>& members, elastic::Policy& policy,
+                      StallDetector& stalls) {
+  auto log = util::logger("rendezvous");
+  const auto& c = rdzv_->config();
+  const uint64_t round = options_.assignment.round;
+  StoreClient& store = rdzv_->client();
+
+  std::vector<std::string> hb_keys;
+  for (const auto& m : members) hb_keys.push_back(keys::heartbeat(m));
+  const auto beats = store.multi_get(hb_keys, c.heartbeat_interval * c.missed_heartbeats);
+  elastic::Observation o;
+  o.now = wall_now();
+  o.current = static_cast<int>(members.size());
+  std::string lost_names;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (stalls.stalled(members[i], std::stoll(beats[i]))) {
+      ++o.lost;
+      lost_names += (lost_names.empty() ? "" : ", ") + members[i];
+    }
+  }
+  o.waiting = rdzv_->waiting_after(round);
+  o.leaving = rdzv_->leaving(round);
+  // Operator requests: elasticctl bumps ctl/seq after writing one; the
+  // leader remembers in ctl/handled what it has acted on, so a new leader
+  // neither misses nor repeats one.
+  const int64_t seq = store.add(keys::kRequestSeq, 0);
+  const int64_t handled = store.add("ctl/handled", 0);
+  int64_t release_total = 0, release_done = 0;
+  if (seq > handled) {
+    if (store.check({keys::kScaleRequest})) {
+      o.scale_request = std::stoi(store.get(keys::kScaleRequest));
+    }
+    release_total = store.add(keys::kReleaseRequest, 0);
+    release_done = store.add("ctl/release_done", 0);
+    o.release_request = static_cast<int>(release_total - release_done);
+  }
+  const elastic::PolicyState before = policy.state();
+  const elastic::Decision d = policy.decide(o);
+  if (seq > handled) {
+    store.add("ctl/handled", seq - handled);
+    if (release_total > release_done) store.add("ctl/release_done", release_total - release_done);
+    // A scale request is a standing cap in the policy state, not a one-shot.
+    if (o.scale_request) store.delete_key(keys::kScaleRequest);
+  }
+  if (!(policy.state() == before)) store.set(keys::kPolicyState, policy.state().serialize());
+  if (d.action == elastic::Action::kNone) return;
+  EndRecord r = to_end_record(d, c);
+  r.survivors = std::max(0, o.current - o.lost - o.leaving - d.release);
+  if (o.lost > 0 && d.action == elastic::Action::kReplace)
+    r.reason += " (lost: " + lost_names + ")";
+  log->info("round {}: ending the round: {} -> {} member(s): {}", round, to_string(r.kind),
+            r.target, r.reason);
+  rdzv_->end_round(round, r);
+}
+
+void RoundWatch::follow(StallDetector& stalls) {
+  const auto& c = rdzv_->config();
+  const Assignment& a = options_.assignment;
+  const int64_t beat = rdzv_->client().add(keys::heartbeat(a.leader_node_id), 0);
+  if (!stalls.stalled(a.leader_node_id, beat)) return;
+  EndRecord r;
+  r.kind = EndKind::kReplace;
+  r.target = a.group_world_size;
+  r.survivors = a.group_world_size - 1;
+  r.wait = std::max(options_.policy.faulty_scale_down_timeout, c.heartbeat_interval);
+  r.reason = "the leader " + a.leader_node_id + " stopped sending heartbeats";
+  util::logger("rendezvous")->warn("round {}: {}; ending the round", a.round, r.reason);
+  rdzv_->end_round(a.round, r);
+}
+
+}  // namespace elasticrun::rendezvous

@@ -1,0 +1,55 @@
+// Watches one running round from a thread of its own: waits for the round's
+// end record, and meanwhile does the duties of this agent's place in it.
+//
+// - The leader (group rank 0) observes, every heartbeat interval, every
+//   member's heartbeat, the agents waiting for the next round, the members
+//   that announced they are leaving, and operator requests (elasticctl
+//   scale / release); it feeds them to the elastic policy and, when the
+//   policy decides, ends the round with the decision.
+// - A follower watches the leader's heartbeat and ends the round (replace)
+//   when it stops: a new leader comes out of the next round.
+//
+// Whoever ends the round, every watch sees the end record within one store
+// round trip (it is blocked in WAIT on the key) and reports it once.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "elastic/policy.hpp"
+#include "rendezvous/heartbeat.hpp"
+#include "rendezvous/rendezvous.hpp"
+
+namespace elasticrun::rendezvous {
+
+struct WatchOptions {
+  Assignment assignment;
+  elastic::PolicyConfig policy;
+  // Called once, on the watch thread, with the record that ended the round.
+  std::function<void(const EndRecord&)> on_end;
+};
+
+class RoundWatch {
+ public:
+  // Connects its own store client and starts the thread. Throws NetworkError.
+  RoundWatch(const RendezvousConfig& config, WatchOptions options);
+  // Stops the thread; returns within one heartbeat interval.
+  ~RoundWatch();
+  RoundWatch(const RoundWatch&) = delete;
+  RoundWatch& operator=(const RoundWatch&) = delete;
+
+ private:
+  void run();
+  void lead(const std::vector<std::string>& members, elastic::Policy& policy,
+            StallDetector& stalls);
+  void follow(StallDetector& stalls);
+
+  WatchOptions options_;
+  std::unique_ptr<Rendezvous> rdzv_;  // the thread's own connection
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace elasticrun::rendezvous

@@ -1,0 +1,285 @@
+// The dynamic rendezvous protocol against a real store: many agents (threads
+// with their own connections) joining rounds at once.
+#include "rendezvous/rendezvous.hpp"
+
+#include <catch2/catch.hpp>
+#include <future>
+#include <set>
+#include <thread>
+
+#include "rendezvous/heartbeat.hpp"
+#include "server_fixture.hpp"
+
+namespace elasticrun::rendezvous {
+namespace {
+
+using namespace std::chrono_literals;
+using test::ServerFixture;
+
+RendezvousConfig config_for(const ServerFixture& s, const std::string& node, int min, int max) {
+  RendezvousConfig c;
+  c.store_host = "127.0.0.1";
+  c.store_port = s.port();
+  c.run_id = "test";
+  c.node_id = node;
+  c.host = "127.0.0.1";
+  c.sizes.min_replicas = min;
+  c.sizes.max_replicas = max;
+  c.join_timeout = 20s;
+  c.last_call_timeout = 200ms;
+  c.rejoin_timeout = 5s;
+  c.heartbeat_interval = 50ms;
+  c.missed_heartbeats = 4;
+  c.store_timeout = 10s;
+  return c;
+}
+
+// Joins from a thread; the future holds the assignment (or the exception).
+std::future<Assignment> join_async(Rendezvous& r, bool released = false) {
+  return std::async(std::launch::async, [&r, released] { return r.join(released); });
+}
+
+std::vector<std::unique_ptr<Rendezvous>> agents(const ServerFixture& s, int n, int min, int max,
+                                                int local_world_size = 1) {
+  std::vector<std::unique_ptr<Rendezvous>> v;
+  for (int i = 0; i < n; ++i) {
+    auto c = config_for(s, "node" + std::to_string(i), min, max);
+    c.local_world_size = local_world_size;
+    v.push_back(std::make_unique<Rendezvous>(c));
+  }
+  return v;
+}
+
+std::vector<Assignment> join_all(std::vector<std::unique_ptr<Rendezvous>>& v,
+                                 const std::set<size_t>& released = {}) {
+  std::vector<std::future<Assignment>> fs;
+  for (size_t i = 0; i < v.size(); ++i) fs.push_back(join_async(*v[i], released.count(i) > 0));
+  std::vector<Assignment> out;
+  for (auto& f : fs) out.push_back(f.get());
+  return out;
+}
+
+void require_dense(const std::vector<Assignment>& as, int local_world_size) {
+  std::set<int> ranks;
+  for (const auto& a : as) {
+    ranks.insert(a.group_rank);
+    REQUIRE(a.group_world_size == static_cast<int>(as.size()));
+    REQUIRE(a.world_size == static_cast<int>(as.size()) * local_world_size);
+    REQUIRE(a.rank_offset == a.group_rank * local_world_size);
+    REQUIRE(a.round == as[0].round);
+    REQUIRE(a.leader_node_id == as[0].leader_node_id);
+  }
+  REQUIRE(ranks.size() == as.size());
+  REQUIRE(*ranks.begin() == 0);
+  REQUIRE(*ranks.rbegin() == static_cast<int>(as.size()) - 1);
+}
+
+}  // namespace
+
+TEST_CASE("agents joining at once get group ranks 0..n-1 without gaps", "[rendezvous]") {
+  ServerFixture store;
+  auto v = agents(store, 8, 8, 8, 4);
+  const auto as = join_all(v);
+  require_dense(as, 4);
+  REQUIRE(as[0].round == 1);
+}
+
+TEST_CASE("a round with a range closes after the last call with everyone who came",
+          "[rendezvous]") {
+  ServerFixture store;
+  auto v = agents(store, 3, 2, 4);
+  const auto as = join_all(v);
+  require_dense(as, 1);
+}
+
+TEST_CASE("an agent beyond the allowed sizes waits as a spare and is used first after a loss",
+          "[rendezvous]") {
+  ServerFixture store;
+  // Discrete sizes 2 and 4: three agents make a round of two and a spare.
+  std::vector<std::unique_ptr<Rendezvous>> w;
+  for (int i = 0; i < 3; ++i) {
+    auto c = config_for(store, "d" + std::to_string(i), 2, 4);
+    c.sizes.discrete_values = {2, 4};
+    w.push_back(std::make_unique<Rendezvous>(c));
+  }
+  // Heartbeats keep the first arrival (the closer) visibly alive.
+  std::vector<std::unique_ptr<Heartbeat>> beats;
+  for (auto& r : w) beats.push_back(std::make_unique<Heartbeat>(r->config()));
+  auto f0 = join_async(*w[0]);
+  auto f1 = join_async(*w[1]);
+  const Assignment a0 = f0.get(), a1 = f1.get();
+  REQUIRE(a0.group_world_size == 2);
+  // The third arrives after the round closed: it becomes a spare of round 2.
+  auto f2 = join_async(*w[2]);
+  REQUIRE(f2.wait_for(300ms) == std::future_status::timeout);
+  REQUIRE(w[0]->waiting_after(1) == 1);
+
+  // Node d1 is lost: the round ends with a replacement wanted.
+  EndRecord end;
+  end.kind = EndKind::kReplace;
+  end.target = 2;
+  end.survivors = 1;
+  end.wait = 5s;
+  end.reason = "d1 lost";
+  const int survivor = a0.group_rank == 0 ? 0 : 1;
+  w[static_cast<size_t>(survivor)]->end_round(1, end);
+  const Assignment s = w[static_cast<size_t>(survivor)]->join();
+  const Assignment spare = f2.get();
+  REQUIRE(s.round == 2);
+  REQUIRE(spare.round == 2);
+  REQUIRE(s.group_rank == 0);  // the survivor keeps its place ahead of the newcomer
+  REQUIRE(spare.group_rank == 1);
+  REQUIRE(spare.group_world_size == 2);
+}
+
+TEST_CASE("survivors keep their relative order and newcomers are appended", "[rendezvous]") {
+  ServerFixture store;
+  auto v = agents(store, 3, 3, 4);
+  std::vector<std::unique_ptr<Heartbeat>> beats;
+  for (auto& r : v) beats.push_back(std::make_unique<Heartbeat>(r->config()));
+  const auto first = join_all(v);
+  require_dense(first, 1);
+  // A fourth agent joins round 2 and waits; the leader scales up.
+  auto late = std::make_unique<Rendezvous>(config_for(store, "late", 3, 4));
+  auto beat_late = std::make_unique<Heartbeat>(late->config());
+  auto f = join_async(*late);
+  while (v[0]->waiting_after(1) < 1) std::this_thread::sleep_for(10ms);
+  EndRecord up;
+  up.kind = EndKind::kScaleUp;
+  up.target = 4;
+  up.survivors = 3;
+  up.wait = 5s;
+  v[0]->end_round(1, up);
+  // Survivors rejoin in reverse order of their ranks: order must not matter.
+  std::vector<size_t> order = {0, 1, 2};
+  std::sort(order.begin(), order.end(),
+            [&](size_t x, size_t y) { return first[x].group_rank > first[y].group_rank; });
+  std::vector<std::future<Assignment>> fs;
+  for (size_t i : order) {
+    fs.push_back(join_async(*v[i]));
+    std::this_thread::sleep_for(20ms);
+  }
+  std::vector<Assignment> second(3);
+  for (size_t k = 0; k < order.size(); ++k) second[order[k]] = fs[k].get();
+  const Assignment newcomer = f.get();
+  for (size_t i = 0; i < 3; ++i) REQUIRE(second[i].group_rank == first[i].group_rank);
+  REQUIRE(newcomer.group_rank == 3);
+  REQUIRE(newcomer.group_world_size == 4);
+}
+
+TEST_CASE("a released node is admitted after every survivor even when it rejoins first",
+          "[rendezvous]") {
+  ServerFixture store;
+  auto v = agents(store, 3, 2, 3);
+  std::vector<std::unique_ptr<Heartbeat>> beats;
+  for (auto& r : v) beats.push_back(std::make_unique<Heartbeat>(r->config()));
+  const auto first = join_all(v);
+  size_t highest = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    if (first[i].group_rank == 2) highest = i;
+  }
+  EndRecord rel;
+  rel.kind = EndKind::kScaleDown;
+  rel.target = 2;
+  rel.survivors = 2;
+  rel.release = 1;
+  rel.wait = 5s;
+  v[0]->end_round(1, rel);
+  auto fr = join_async(*v[highest], /*released=*/true);
+  std::this_thread::sleep_for(100ms);
+  std::vector<std::future<Assignment>> fs;
+  for (size_t i = 0; i < 3; ++i) {
+    if (i != highest) fs.push_back(join_async(*v[i]));
+  }
+  for (auto& f : fs) {
+    const Assignment a = f.get();
+    REQUIRE(a.round == 2);
+    REQUIRE(a.group_world_size == 2);
+  }
+  // The released node waits as a spare of round 3.
+  REQUIRE(fr.wait_for(200ms) == std::future_status::timeout);
+  v[highest]->cancel();
+  REQUIRE_THROWS_AS(fr.get(), RendezvousClosed);
+}
+
+TEST_CASE("too few agents within the join timeout fail the round with a clear message",
+          "[rendezvous]") {
+  ServerFixture store;
+  auto c = config_for(store, "alone", 2, 2);
+  c.join_timeout = 300ms;
+  Rendezvous r(c);
+  try {
+    r.join();
+    FAIL("join should have timed out");
+  } catch (const TimeoutError& e) {
+    const std::string what = e.what();
+    REQUIRE_THAT(what, Catch::Contains("1 agent(s) joined"));
+    REQUIRE_THAT(what, Catch::Contains("at least 2 needed"));
+  }
+}
+
+TEST_CASE("only one end record wins and the next round aims for its target", "[rendezvous]") {
+  ServerFixture store;
+  auto v = agents(store, 2, 2, 2);
+  join_all(v);
+  EndRecord a, b;
+  a.kind = EndKind::kRestart;
+  a.target = 2;
+  a.reason = "first";
+  b.kind = EndKind::kFail;
+  b.reason = "second";
+  REQUIRE(v[0]->end_round(1, a).reason == "first");
+  REQUIRE(v[1]->end_round(1, b).reason == "first");
+  const auto seen = v[1]->wait_end(1, 1s);
+  REQUIRE(seen);
+  REQUIRE(seen->kind == EndKind::kRestart);
+  REQUIRE_FALSE(v[0]->wait_end(2, 50ms));
+}
+
+TEST_CASE("a finished job makes late joiners and spares leave", "[rendezvous]") {
+  ServerFixture store;
+  auto v = agents(store, 1, 1, 1);
+  join_all(v);
+  v[0]->mark_job_finished(false, "every worker succeeded");
+  auto late = std::make_unique<Rendezvous>(config_for(store, "late", 1, 1));
+  try {
+    late->join();
+    FAIL("join should have reported the finished job");
+  } catch (const RendezvousClosed& e) {
+    REQUIRE_FALSE(e.failed());
+    REQUIRE_THAT(std::string(e.what()), Catch::Contains("every worker succeeded"));
+  }
+}
+
+TEST_CASE("end records survive a serialisation round trip and garbage is refused", "[rendezvous]") {
+  EndRecord r;
+  r.kind = EndKind::kScaleDown;
+  r.target = 3;
+  r.survivors = 2;
+  r.wait = 1500ms;
+  r.release = 1;
+  r.reason = "node x leaves: spot notice";
+  const EndRecord p = EndRecord::parse(r.serialize());
+  REQUIRE(p.kind == r.kind);
+  REQUIRE(p.target == 3);
+  REQUIRE(p.survivors == 2);
+  REQUIRE(p.wait == 1500ms);
+  REQUIRE(p.release == 1);
+  REQUIRE(p.reason == r.reason);
+  REQUIRE_THROWS_AS(EndRecord::parse("explode 1 2 3 4 x"), StoreError);
+  REQUIRE_THROWS_AS(EndRecord::parse("restart x"), StoreError);
+}
+
+TEST_CASE("a stall detector flags a counter only after it stood still past the limit",
+          "[rendezvous]") {
+  StallDetector d(100ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE_FALSE(d.stalled("a", 1, t0));
+  REQUIRE_FALSE(d.stalled("a", 1, t0 + 100ms));
+  REQUIRE(d.stalled("a", 1, t0 + 101ms));
+  REQUIRE_FALSE(d.stalled("a", 2, t0 + 150ms));
+  REQUIRE_FALSE(d.stalled("a", 2, t0 + 200ms));
+  REQUIRE(d.stalled("a", 2, t0 + 251ms));
+}
+
+}  // namespace elasticrun::rendezvous
