@@ -1,10 +1,15 @@
-// elasticctl: everything that is not launching. For now: `elasticctl store`,
-// a standalone TCPStore-compatible store server.
+// elasticctl: everything that is not launching. `elasticctl store`, a
+// standalone TCPStore-compatible store server; `scale`, `release` and
+// `status`, which talk to a running job through its rendezvous store
+// (docs/elasticctl.md).
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
 
+#include "ctl/ctl_requests.hpp"
+#include "ctl/job_connection.hpp"
+#include "ctl/job_status.hpp"
 #include "elasticrun/errors.hpp"
 #include "store/server.hpp"
 #include "util/logging.hpp"
@@ -26,6 +31,96 @@ int run_store(const store::ServerOptions& options) {
   std::printf("elasticctl store: listening on %s:%u\n", server.host().c_str(), server.port());
   std::fflush(stdout);
   server.run();
+  return kExitOk;
+}
+
+// What scale, release and status share: which job, and how long to wait.
+struct JobOptions {
+  std::string endpoint;
+  std::string run_id;
+  double connect_timeout_s = 5;
+  // Also bounds every store call.
+  double timeout_s = 60;
+};
+
+std::chrono::milliseconds millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+// CLI11's PositiveNumber prints the whole range of a double when it fails.
+const CLI::Validator kAtLeastOne(
+    [](const std::string& text) -> std::string {
+      try {
+        if (std::stoll(text) >= 1) return {};
+      } catch (const std::exception&) {
+      }
+      return "must be an integer of at least 1, not '" + text + "'";
+    },
+    "N>=1");
+const CLI::Validator kPositiveSeconds(
+    [](const std::string& text) -> std::string {
+      try {
+        if (std::stod(text) > 0) return {};
+      } catch (const std::exception&) {
+      }
+      return "must be a number of seconds above 0, not '" + text + "'";
+    },
+    "SECONDS>0");
+
+void add_job_options(CLI::App* cmd, JobOptions& o, bool waits) {
+  // Checked at parse time, so that a bad endpoint exits 2 with the usage.
+  auto endpoint_check = [](const std::string& text) -> std::string {
+    try {
+      ctl::parse_job_address("endpoint", text, "job");
+      return {};
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+  };
+  cmd->add_option("--rdzv-endpoint,--rdzv_endpoint", o.endpoint,
+                  "The job's rendezvous store, HOST[:PORT] (port 29400 when omitted)")
+      ->required()
+      ->check(CLI::Validator(endpoint_check, "HOST[:PORT]", "endpoint"));
+  cmd->add_option("--rdzv-id,--rdzv_id", o.run_id, "The job's --rdzv-id")->required();
+  cmd->add_option("--connect-timeout", o.connect_timeout_s,
+                  "Seconds to keep trying to reach the store")
+      ->capture_default_str()
+      ->check(kPositiveSeconds);
+  cmd->add_option("--timeout", o.timeout_s,
+                  waits ? "Seconds to wait for the leader to handle the request"
+                        : "Seconds any one store operation may take")
+      ->capture_default_str()
+      ->check(kPositiveSeconds);
+}
+
+StoreClient connect(const JobOptions& o, ctl::JobAddress& job) {
+  job = ctl::parse_job_address("--rdzv-endpoint", o.endpoint, o.run_id);
+  return ctl::connect_job(job, millis(o.connect_timeout_s), millis(o.timeout_s));
+}
+
+int run_request(const JobOptions& o, const ctl::Request& r, bool wait) {
+  ctl::JobAddress job;
+  StoreClient client = connect(o, job);
+  const ctl::Ticket ticket = ctl::submit(client, r);
+  if (!wait) {
+    std::printf(
+        "elasticctl: request #%lld (%s) sent to job '%s'; its leader acts on it while a "
+        "round runs\n",
+        static_cast<long long>(ticket.seq), ctl::describe(r).c_str(), job.run_id.c_str());
+    return kExitOk;
+  }
+  ctl::wait_handled(client, ticket, millis(o.timeout_s));
+  std::printf("elasticctl: %s\n", ctl::outcome(client, r, ticket).c_str());
+  return kExitOk;
+}
+
+int run_status(const JobOptions& o, bool json) {
+  ctl::JobAddress job;
+  StoreClient client = connect(o, job);
+  const ctl::JobStatus s = ctl::read_status(client, job);
+  const std::string text =
+      json ? ctl::format_json(s) : ctl::format_table(s, std::chrono::system_clock::now());
+  std::fwrite(text.data(), 1, text.size(), stdout);
   return kExitOk;
 }
 
@@ -80,6 +175,29 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
 
+  JobOptions scale_opts, release_opts, status_opts;
+  int scale_nodes = 0, release_nodes = 0;
+  bool scale_no_wait = false, release_no_wait = false, status_json = false;
+  auto* scale_cmd = app.add_subcommand(
+      "scale", "Ask a running job's leader to scale the job to N nodes (within --nnodes MIN:MAX)");
+  add_job_options(scale_cmd, scale_opts, true);
+  scale_cmd->add_option("--nodes", scale_nodes, "The number of nodes to run at")
+      ->required()
+      ->check(kAtLeastOne);
+  scale_cmd->add_flag("--no-wait", scale_no_wait, "Return once the request is written");
+  auto* release_cmd = app.add_subcommand(
+      "release",
+      "Ask a running job's leader to give back K nodes, the most recently added first (never "
+      "below the minimum); they stay as spares");
+  add_job_options(release_cmd, release_opts, true);
+  release_cmd->add_option("--nodes", release_nodes, "The number of nodes to give back")
+      ->required()
+      ->check(kAtLeastOne);
+  release_cmd->add_flag("--no-wait", release_no_wait, "Return once the request is written");
+  auto* status_cmd = app.add_subcommand("status", "Show a job's round, members and policy state");
+  add_job_options(status_cmd, status_opts, false);
+  status_cmd->add_flag("--json", status_json, "Print one JSON object");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -89,13 +207,24 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "elasticctl: " << e.what() << "\n\n" << app.help();
+    // The usage of the subcommand the error is about, when there is one.
+    const auto parsed = app.get_subcommands();
+    std::cerr << "elasticctl: " << e.what() << "\n\n"
+              << (parsed.empty() ? app.help() : parsed.front()->help());
     return kExitUsage;
   }
 
   try {
     util::set_log_level(log_level);
     if (store_cmd->parsed()) return run_store(store_opts);
+    if (scale_cmd->parsed()) {
+      return run_request(scale_opts, {ctl::Request::Kind::kScale, scale_nodes}, !scale_no_wait);
+    }
+    if (release_cmd->parsed()) {
+      return run_request(release_opts, {ctl::Request::Kind::kRelease, release_nodes},
+                         !release_no_wait);
+    }
+    if (status_cmd->parsed()) return run_status(status_opts, status_json);
   } catch (const ConfigError& e) {
     std::cerr << "elasticctl: " << e.what() << "\n";
     return kExitUsage;

@@ -190,15 +190,19 @@ class Attempt {
     stop_reason_ = hooks_.stop->pending();
     if (!stop_reason_) return;
     log_->info("stopping the workers: {}", *stop_reason_);
-    stop(config_.shutdown_signal, Outcome::kStopped, config_.graceful_shutdown_timeout);
+    stop(hooks_.tell_stop ? 0 : config_.shutdown_signal, Outcome::kStopped,
+         config_.graceful_shutdown_timeout);
+    if (hooks_.tell_stop) hooks_.tell_stop(group_);
   }
 
+  // Stops the workers with sig (0: the caller signals them) and SIGKILLs
+  // them after grace.
   void stop(int sig, Outcome why, std::chrono::milliseconds grace) {
     if (stopping_) return;
     stopping_ = true;
     outcome_ = why;
     kill_after_ = grace;
-    group_.signal_all(sig);
+    if (sig != 0) group_.signal_all(sig);
     uv_timer_start(
         &kill_timer_,
         [](uv_timer_t* t) {

@@ -58,6 +58,10 @@ struct AttemptHooks {
   std::function<void(int signo)> on_signal;
   // Stop requests from other threads; may be null.
   StopChannel* stop = nullptr;
+  // How the workers are told to stop on such a request (on the loop); when
+  // empty, --shutdown-signal to every worker's process group. The attempt
+  // SIGKILLs what is left after --graceful-shutdown-timeout either way.
+  std::function<void(supervisor::WorkerGroup&)> tell_stop;
 };
 
 // What a node knows for every attempt: set up once by run_agent.

@@ -5,11 +5,15 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <filesystem>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "agent/embedded_store.hpp"
 #include "agent/failure_report.hpp"
+#include "control/control_block.hpp"
 #include "elasticrun/errors.hpp"
 #include "rendezvous/heartbeat.hpp"
 #include "rendezvous/round_watch.hpp"
@@ -77,6 +81,39 @@ class EndBox {
   std::optional<EndRecord> rec_;
 };
 
+control::EventKind event_kind(EndKind k) {
+  switch (k) {
+    case EndKind::kScaleUp:
+      return control::EventKind::scale_up;
+    case EndKind::kScaleDown:
+      return control::EventKind::scale_down;
+    case EndKind::kReplace:
+      return control::EventKind::replace;
+    case EndKind::kRestart:
+      return control::EventKind::restart;
+    case EndKind::kFail:
+    case EndKind::kDone:
+      return control::EventKind::shutdown;
+  }
+  return control::EventKind::shutdown;
+}
+
+// Voluntary events leave every member alive and its collectives working:
+// the workers can all stop at one agreed step and checkpoint. After a loss
+// or a failure the collectives are broken and there is no such step.
+bool voluntary(EndKind k) {
+  return k == EndKind::kScaleUp || k == EndKind::kScaleDown;
+}
+
+// The control block lives in tmpfs when there is one: workers map it.
+std::string control_path(const std::filesystem::path& run_dir) {
+  std::random_device rd;
+  const std::string name =
+      "elasticrun-" + std::to_string(::getpid()) + "-" + std::to_string(rd() % 1000000) + ".ctl";
+  if (::access("/dev/shm", W_OK) == 0) return "/dev/shm/" + name;
+  return (run_dir / name).string();
+}
+
 std::string describe(const EndRecord& r) {
   std::string s = std::string("the round ended (") + rendezvous::to_string(r.kind) + ")";
   if (!r.reason.empty()) s += ": " + r.reason;
@@ -89,7 +126,19 @@ class DynamicAgent {
   DynamicAgent(const AgentConfig& c, const NodeContext& node)
       : config_(c), node_(node), rc_(c.rdzv) {}
 
+  ~DynamicAgent() {
+    if (control_) (void)control_->unlink();
+  }
+
   int run() {
+    auto cb = control::ControlBlock::create(control_path(node_.run_dir), config_.nproc_per_node);
+    if (cb) {
+      control_ = std::make_unique<control::ControlBlock>(std::move(cb).value());
+      node_.base["ELASTICRUN_CONTROL_FILE"] = control_->path();
+    } else {
+      log_->warn("{}; workers will not see scale events in advance (SIGTERM only)",
+                 cb.status().message());
+    }
     rdzv_store_ = maybe_host_store(config_);
     if (rdzv_store_) rc_.store_port = rdzv_store_->port();
     heartbeat_ = std::make_unique<rendezvous::Heartbeat>(rc_);
@@ -121,20 +170,30 @@ class DynamicAgent {
       }
       released = false;
       Assignment a = start_round();
+      if (control_) {
+        std::lock_guard lock(control_mu_);
+        control_->reset(round_.round);
+        agreed_stop_ = -1;
+      }
+      sample_step_ = -1;
+      steps_per_s_ = 0;
       EndBox end;
       StopChannel stop;
       rendezvous::WatchOptions wo;
       wo.assignment = round_;
       wo.policy = config_.policy;
-      wo.on_end = [&](const EndRecord& r) {
+      wo.on_end = [&](const EndRecord& r, rendezvous::Rendezvous& watch_rdzv) {
         end.set(r);
         stop.post(describe(r));
+        if (voluntary(r.kind)) agree_stop_step(watch_rdzv);
       };
+      wo.on_tick = [&] { sample_progress(); };
       auto watch = std::make_unique<rendezvous::RoundWatch>(rc_, wo);
       AttemptHooks hooks;
       hooks.stop = &stop;
       hooks.on_failure = [&](const supervisor::WorkerExit& e) { on_local_failure(e.describe()); };
       hooks.on_signal = [&](int sig) { on_leave(supervisor::signal_name(sig)); };
+      hooks.tell_stop = [&](supervisor::WorkerGroup& g) { tell_stop(g, end.get()); };
       AttemptResult r = run_attempt(config_, node_, a, attempt, hooks);
 
       if (r.outcome == Outcome::kSignaled) return 128 + r.stop_signal;
@@ -186,6 +245,80 @@ class DynamicAgent {
     a.restart_count = static_cast<int>(rdzv_->failures());
     a.generation = round_.round;
     return a;
+  }
+
+  // The round ended: workers that attached the SDK learn it from the control
+  // block and SIGUSR1 and stop at the agreed step (it follows shortly);
+  // the others get --shutdown-signal, as under torchrun, and resume from
+  // their own checkpoint in the next round.
+  void tell_stop(supervisor::WorkerGroup& g, const std::optional<EndRecord>& e) {
+    const bool graceful = control_ && e && voluntary(e->kind);
+    if (control_ && e) {
+      control::ControlBlock::Event ev;
+      ev.generation = round_.round;
+      ev.kind = event_kind(e->kind);
+      ev.next_world_size = e->target > 0 ? e->target * config_.nproc_per_node : -1;
+      ev.deadline_unix_ms = static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(
+              (std::chrono::system_clock::now() + config_.graceful_shutdown_timeout)
+                  .time_since_epoch())
+              .count());
+      ev.reason = e->reason;
+      std::lock_guard lock(control_mu_);
+      // The watch thread may have agreed on the stop step already.
+      ev.stop_step = agreed_stop_;
+      control_->publish_event(ev);
+    }
+    int told = 0;
+    for (int lr = 0; lr < static_cast<int>(g.size()); ++lr) {
+      if (graceful && control_->attached(lr)) {
+        g.signal_one(lr, SIGUSR1);
+        ++told;
+      } else {
+        // Its process group: whatever the worker forked goes with it.
+        ::kill(-g.pid(lr), config_.shutdown_signal);
+      }
+    }
+    if (told > 0) {
+      log_->info("{} worker(s) told to checkpoint and stop (SIGUSR1, control block)", told);
+    }
+  }
+
+  // Watch thread: agree with the other members on the step every worker
+  // stops at, and publish it in the control block.
+  void agree_stop_step(rendezvous::Rendezvous& r) {
+    if (!control_) return;
+    try {
+      const auto stop =
+          r.agree_stop_step(round_.round, round_.group_world_size, control_->max_step(),
+                            steps_per_s_, std::chrono::milliseconds(250), rc_.rejoin_timeout);
+      if (!stop) {
+        log_->warn(
+            "round {}: no agreed stop step (a member did not answer); workers are "
+            "stopped at the graceful shutdown timeout",
+            round_.round);
+        return;
+      }
+      std::lock_guard lock(control_mu_);
+      agreed_stop_ = *stop;
+      control_->set_stop_step(*stop);
+      log_->info("round {}: every worker stops at step {}", round_.round, *stop);
+    } catch (const Error& e) {
+      log_->warn("round {}: agreeing on the stop step failed: {}", round_.round, e.what());
+    }
+  }
+
+  // Watch thread, once per heartbeat: how fast do this node's workers step?
+  void sample_progress() {
+    if (!control_) return;
+    const int64_t step = control_->max_step();
+    const auto now = std::chrono::steady_clock::now();
+    if (sample_step_ >= 0 && step > sample_step_) {
+      const double dt = std::chrono::duration<double>(now - sample_time_).count();
+      if (dt > 0) steps_per_s_ = static_cast<double>(step - sample_step_) / dt;
+    }
+    sample_step_ = step;
+    sample_time_ = now;
   }
 
   // A worker of this node failed: end the round for everyone at once. The
@@ -283,7 +416,14 @@ class DynamicAgent {
   }
 
   const AgentConfig& config_;
-  const NodeContext& node_;
+  NodeContext node_;  // a copy: the workers' environment gains the control file
+  std::unique_ptr<control::ControlBlock> control_;
+  std::mutex control_mu_;     // the header has one writer at a time: loop or watch thread
+  int64_t agreed_stop_ = -1;  // this round's stop step, once agreed (under control_mu_)
+  // Progress samples (watch thread): the step rate the stop step must outrun.
+  int64_t sample_step_ = -1;
+  std::chrono::steady_clock::time_point sample_time_;
+  double steps_per_s_ = 0;
   rendezvous::RendezvousConfig rc_;
   std::unique_ptr<EmbeddedStore> rdzv_store_;
   std::unique_ptr<rendezvous::Heartbeat> heartbeat_;

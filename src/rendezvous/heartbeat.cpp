@@ -1,5 +1,6 @@
 #include "rendezvous/heartbeat.hpp"
 
+#include <charconv>
 #include <csignal>
 
 #include "util/logging.hpp"
@@ -28,7 +29,7 @@ StoreClient connect_for(const RendezvousConfig& c, std::chrono::milliseconds con
 
 Heartbeat::Heartbeat(const RendezvousConfig& config)
     : config_(config), client_(connect_for(config_, config_.store_timeout)) {
-  client_.add(keys::heartbeat(config_.node_id), 1);
+  client_.set(keys::heartbeat(config_.node_id), std::to_string(now_unix_ms()));
   thread_ = start_quiet_thread([this] { run(); });
 }
 
@@ -55,7 +56,7 @@ void Heartbeat::run() {
         log->info("heartbeat: reconnected to the store {}", client_.endpoint());
         broken = false;
       }
-      client_.add(key, 1);
+      client_.set(key, std::to_string(now_unix_ms()));
     } catch (const Error& e) {
       // The store may be restarting or the network cut for a moment: keep
       // trying every interval; the leader decides what a gap means.
@@ -66,15 +67,17 @@ void Heartbeat::run() {
   }
 }
 
-bool StallDetector::stalled(const std::string& name, int64_t value,
-                            std::chrono::steady_clock::time_point now) {
-  auto [it, inserted] = seen_.try_emplace(name, Seen{value, now});
-  if (inserted) return false;
-  if (it->second.value != value) {
-    it->second = Seen{value, now};
-    return false;
-  }
-  return now - it->second.since > limit_;
+int64_t now_unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+bool heartbeat_stale(const std::string& beat, int64_t now_ms, std::chrono::milliseconds limit) {
+  int64_t t = 0;
+  auto [p, ec] = std::from_chars(beat.data(), beat.data() + beat.size(), t);
+  if (ec != std::errc() || p != beat.data() + beat.size()) return true;
+  return now_ms - t > limit.count();
 }
 
 }  // namespace elasticrun::rendezvous

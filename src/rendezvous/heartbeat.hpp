@@ -1,12 +1,10 @@
-// An agent's heartbeat: a counter in the store that one thread increments
-// every interval for as long as the agent lives. The leader reads every
-// member's counter; a counter that stops moving for `missed` intervals means
-// the agent is gone (killed, hung, or cut off from the store).
+// An agent's heartbeat: the time, written to the store by one thread every
+// interval for as long as the agent lives. A beat older than `missed`
+// intervals means the agent is gone (killed, hung, or cut off from the store).
 #pragma once
 
 #include <condition_variable>
 #include <functional>
-#include <map>
 #include <mutex>
 #include <thread>
 
@@ -34,23 +32,13 @@ class Heartbeat {
   std::thread thread_;
 };
 
-// Tracks counters that must keep moving: feed it each observation; it says
-// which have been still for longer than the limit.
-class StallDetector {
- public:
-  explicit StallDetector(std::chrono::milliseconds limit) : limit_(limit) {}
-  // Returns true when `value` has not changed for longer than the limit.
-  bool stalled(const std::string& name, int64_t value,
-               std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now());
-
- private:
-  struct Seen {
-    int64_t value;
-    std::chrono::steady_clock::time_point since;
-  };
-  std::chrono::milliseconds limit_;
-  std::map<std::string, Seen> seen_;
-};
+// Heartbeats are wall-clock times (milliseconds since the epoch), so that any
+// agent can judge another's at once, without watching it for a while first.
+// Hosts' clocks must agree to well within the limit (NTP does), as with
+// torchrun's c10d rendezvous, whose heartbeats are timestamps too.
+int64_t now_unix_ms();
+// True when the beat is older than `limit` (or not a time at all).
+bool heartbeat_stale(const std::string& beat, int64_t now_ms, std::chrono::milliseconds limit);
 
 // Runs f on a new thread that blocks every signal: the agent's loop owns
 // signals, and a helper thread must never take one.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -116,6 +117,7 @@ struct Rendezvous::Record {
   int prev_rank = -1;
   bool released = false;
   int64_t index = 0;  // arrival index in this round (not serialised)
+  bool dead = false;  // heartbeat stale at close time (not serialised)
 
   std::string serialize() const {
     return node_id + "\n" + host + "\n" + std::to_string(local_world_size) + "\n" +
@@ -193,6 +195,9 @@ Assignment Rendezvous::join_round(uint64_t round, bool released, bool& spare) {
     me.prev_rank = last_->group_rank;
   }
   me.released = released;
+  // Joining is a sign of life: the closer reads every candidate's heartbeat,
+  // which must exist even before this agent's heartbeat thread first beats.
+  client_.set(keys::heartbeat(config_.node_id), std::to_string(now_unix_ms()));
   const int64_t index = client_.add(rkey(round, "count"), 1);
   client_.set(rkey(round, "rec/" + std::to_string(index)), me.serialize());
   if (me.prev_round == static_cast<int64_t>(round) - 1 && !released) {
@@ -260,8 +265,6 @@ bool Rendezvous::wait_while_running(const std::string& key, Millis budget, const
 void Rendezvous::wait_for_close(uint64_t round, int64_t my_index) {
   const std::string closed_key = rkey(round, "closed");
   std::string closer_hb;
-  int64_t last_beat = -1;
-  auto last_change = Clock::now();
   const auto stale_after = config_.heartbeat_interval * config_.missed_heartbeats;
   for (;;) {
     if (wait_while_running(closed_key, config_.heartbeat_interval, "waited to join")) return;
@@ -269,11 +272,7 @@ void Rendezvous::wait_for_close(uint64_t round, int64_t my_index) {
     if (closer_hb.empty()) {
       closer_hb = keys::heartbeat(Record::parse(client_.get(rkey(round, "rec/1")), 1).node_id);
     }
-    const int64_t beat = client_.add(closer_hb, 0);
-    if (beat != last_beat) {
-      last_beat = beat;
-      last_change = Clock::now();
-    } else if (Clock::now() - last_change > stale_after) {
+    if (heartbeat_stale(client_.get(closer_hb), now_unix_ms(), stale_after)) {
       util::logger("rendezvous")
           ->warn("round {}: the closing agent's heartbeat stopped; closing the round here", round);
       close_round(round);
@@ -318,13 +317,38 @@ void Rendezvous::close_round(uint64_t round) {
   }
 
   const int64_t count = client_.add(count_key, 0);
+  std::vector<std::string> names;
+  for (int64_t i = 1; i <= count; ++i) names.push_back(rec_key(i));
+  // An agent writes its record right after taking its index; waiting a few
+  // heartbeats covers one that is slow, and one that died in between fails
+  // the close (agents then time out and start over).
+  const auto values =
+      client_.multi_get(names, config_.heartbeat_interval * config_.missed_heartbeats);
+  std::vector<Record> recs;
+  std::vector<std::string> beat_keys;
+  for (int64_t i = 1; i <= count; ++i) {
+    recs.push_back(Record::parse(values[static_cast<size_t>(i - 1)], i));
+    beat_keys.push_back(keys::heartbeat(recs.back().node_id));
+  }
+  // A candidate whose heartbeat is stale died after joining (a spare killed
+  // while it waited): it is never admitted.
+  int64_t live = 0;
+  if (count > 0) {
+    const auto beats = client_.multi_get(beat_keys);
+    const int64_t now_ms = now_unix_ms();
+    for (size_t i = 0; i < recs.size(); ++i) {
+      recs[i].dead =
+          heartbeat_stale(beats[i], now_ms, config_.heartbeat_interval * config_.missed_heartbeats);
+      live += recs[i].dead ? 0 : 1;
+    }
+  }
   const auto admit =
-      elastic::largest_allowed_at_most(sizes, static_cast<int>(std::min<int64_t>(count, target)));
+      elastic::largest_allowed_at_most(sizes, static_cast<int>(std::min<int64_t>(live, target)));
   std::string closed_value = std::to_string(count);
   if (const auto spent = account_failure(round, lost)) {
     closed_value = "failjob " + *spent;
-  } else if (!admit || count < sizes.min_replicas) {
-    closed_value = "fail " + std::to_string(count) + " agent(s) joined within " +
+  } else if (!admit || live < sizes.min_replicas) {
+    closed_value = "fail " + std::to_string(live) + " agent(s) joined within " +
                    seconds_text(config_.join_timeout) + "; at least " +
                    std::to_string(sizes.min_replicas) + " needed";
   }
@@ -342,20 +366,10 @@ void Rendezvous::close_round(uint64_t round) {
     return;
   }
 
-  std::vector<std::string> names;
-  for (int64_t i = 1; i <= count; ++i) names.push_back(rec_key(i));
-  // An agent writes its record right after taking its index; waiting a few
-  // heartbeats covers one that is slow, and one that died in between fails
-  // the round's close (agents then time out and start over).
-  const auto values =
-      client_.multi_get(names, config_.heartbeat_interval * config_.missed_heartbeats);
-  std::vector<Record> recs;
-  for (int64_t i = 1; i <= count; ++i) {
-    recs.push_back(Record::parse(values[static_cast<size_t>(i - 1)], i));
-  }
   // Survivors of the previous round keep their order, newcomers follow in
-  // arrival order, nodes that gave their place back come last.
+  // arrival order, nodes that gave their place back come last, dead never.
   auto klass = [&](const Record& r) {
+    if (r.dead) return 3;
     if (r.released) return 2;
     return r.prev_round == static_cast<int64_t>(round) - 1 && r.prev_rank >= 0 ? 0 : 1;
   };
@@ -399,7 +413,6 @@ int Rendezvous::wait_for_survivors(uint64_t round, int target, int survivors, Mi
   const auto start = Clock::now();
   const auto rejoin_deadline = start + wait;
   std::optional<Clock::time_point> lost_at;
-  StallDetector stalls(config_.heartbeat_interval * config_.missed_heartbeats);
   std::vector<std::string> previous;
   std::set<std::string> lost;
   for (;;) {
@@ -436,7 +449,8 @@ int Rendezvous::wait_for_survivors(uint64_t round, int target, int survivors, Mi
       if (!hb.empty()) {
         const auto beats = client_.multi_get(hb);
         for (size_t i = 0; i < out.size(); ++i) {
-          if (stalls.stalled(out[i], to_int(beats[i], "heartbeat"))) {
+          if (heartbeat_stale(beats[i], now_unix_ms(),
+                              config_.heartbeat_interval * config_.missed_heartbeats)) {
             log->warn("round {}: member {} of round {} is lost (no heartbeat)", round, out[i],
                       round - 1);
             lost.insert(out[i]);
@@ -523,12 +537,68 @@ int Rendezvous::waiting_after(uint64_t round) {
   return static_cast<int>(client_.add(rkey(round + 1, "count"), 0));
 }
 
+int Rendezvous::live_waiting_after(uint64_t round) {
+  const int64_t n = client_.add(rkey(round + 1, "count"), 0);
+  if (n == 0) return 0;
+  std::vector<std::string> recs;
+  for (int64_t i = 1; i <= n; ++i) recs.push_back(rkey(round + 1, "rec/" + std::to_string(i)));
+  std::vector<std::string> beats;
+  try {
+    for (const auto& v : client_.multi_get(recs, config_.heartbeat_interval)) {
+      beats.push_back(keys::heartbeat(Record::parse(v, 0).node_id));
+    }
+  } catch (const TimeoutError&) {
+    return 0;  // one is still writing its record: count them at the next look
+  }
+  int alive = 0;
+  const int64_t now_ms = now_unix_ms();
+  for (const auto& b : client_.multi_get(beats)) {
+    alive +=
+        heartbeat_stale(b, now_ms, config_.heartbeat_interval * config_.missed_heartbeats) ? 0 : 1;
+  }
+  return alive;
+}
+
 void Rendezvous::announce_leaving(uint64_t round) {
   client_.add(rkey(round, "leaving"), 1);
 }
 
 int Rendezvous::leaving(uint64_t round) {
   return static_cast<int>(client_.add(rkey(round, "leaving"), 0));
+}
+
+// Raises the decimal at key to at least value (COMPARE_SET until it holds).
+void Rendezvous::raise_to(const std::string& key, int64_t value) {
+  const std::string mine = std::to_string(value);
+  std::string cur = client_.compare_set(key, "", mine);
+  while (cur != mine && to_int(cur, key) < value) {
+    const std::string next = client_.compare_set(key, cur, mine);
+    if (next == cur) break;  // cannot happen: a failed swap returns the new value
+    cur = next;
+  }
+}
+
+std::optional<int64_t> Rendezvous::agree_stop_step(uint64_t round, int members,
+                                                   int64_t local_max_step, double steps_per_s,
+                                                   Millis lead, Millis budget) {
+  raise_to(rkey(round, "stop/max_step"), local_max_step);
+  raise_to(rkey(round, "stop/max_rate_mhz"), static_cast<int64_t>(steps_per_s * 1000));
+  const std::string stop_key = rkey(round, "stop/step");
+  if (client_.add(rkey(round, "stop/posted"), 1) >= members) {
+    const int64_t max_step = to_int(client_.get(rkey(round, "stop/max_step")), "max step");
+    const double rate =
+        static_cast<double>(to_int(client_.get(rkey(round, "stop/max_rate_mhz")), "max rate")) /
+        1000.0;
+    const auto ahead =
+        static_cast<int64_t>(std::ceil(rate * static_cast<double>(lead.count()) / 1000.0));
+    client_.compare_set(stop_key, "", std::to_string(std::max<int64_t>(max_step, 0) + ahead + 2));
+  }
+  try {
+    client_.wait({stop_key}, budget);
+  } catch (const TimeoutError&) {
+    return std::nullopt;
+  }
+  return to_int(client_.get(stop_key), "stop step");
 }
 
 int64_t Rendezvous::arrive_done(uint64_t round) {

@@ -125,9 +125,21 @@ class Rendezvous {
   std::vector<std::string> members(uint64_t round);
   // Agents waiting to join the round after `round` (spares included).
   int waiting_after(uint64_t round);
+  // The same, counting only agents whose heartbeat is fresh: a spare that
+  // died while waiting must not make the job grow.
+  int live_waiting_after(uint64_t round);
   // Announce that this node leaves (spot notice); counted per round.
   void announce_leaving(uint64_t round);
   int leaving(uint64_t round);
+
+  // The step at which every worker of the round stops for a voluntary
+  // scale event: each of the round's `members` agents posts its node's
+  // highest published step and step rate; the last to post sets the stop
+  // step to the highest step plus what the fastest rank can do in `lead`
+  // (plus two steps), so that the stop step is still ahead of every rank
+  // when it reads it. nullopt when not every member posted within `budget`.
+  std::optional<int64_t> agree_stop_step(uint64_t round, int members, int64_t local_max_step,
+                                         double steps_per_s, Millis lead, Millis budget);
 
   // Exit barrier: this node's workers all succeeded in `round`; returns how
   // many nodes of the round have said so.
@@ -158,6 +170,7 @@ class Rendezvous {
   std::optional<std::string> account_failure(uint64_t round, int lost);
   void wait_for_close(uint64_t round, int64_t my_index);
   void check_cancelled() const;
+  void raise_to(const std::string& key, int64_t value);
   bool wait_while_running(const std::string& key, Millis budget, const char* while_what);
 
   RendezvousConfig config_;

@@ -1,5 +1,7 @@
 #include "rendezvous/round_watch.hpp"
 
+#include <charconv>
+
 #include "util/logging.hpp"
 
 namespace elasticrun::rendezvous {
@@ -10,6 +12,18 @@ elastic::TimeMs wall_now() {
   // next leader (another host) must read the same times.
   return std::chrono::duration_cast<elastic::TimeMs>(
       std::chrono::system_clock::now().time_since_epoch());
+}
+
+// A request's node count as elasticctl wrote it; anything else (another
+// program wrote the key) is ignored rather than trusted.
+std::optional<int> parse_count(const std::string& text) {
+  int v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || p != text.data() + text.size() || v < 1) {
+    util::logger("rendezvous")->warn("ignoring a malformed scale request '{}'", text);
+    return std::nullopt;
+  }
+  return v;
 }
 
 EndRecord to_end_record(const elastic::Decision& d, const RendezvousConfig& c) {
@@ -65,28 +79,34 @@ void RoundWatch::run() {
       }
       policy = std::make_unique<elastic::Policy>(options_.policy, state);
     }
-    StallDetector stalls(c.heartbeat_interval * c.missed_heartbeats);
     while (!stop_.load()) {
       if (auto end = rdzv_->wait_end(a.round, c.heartbeat_interval)) {
-        if (!stop_.load()) options_.on_end(*end);
+        if (!stop_.load()) options_.on_end(*end, *rdzv_);
         return;
       }
       if (stop_.load()) return;
+      if (options_.on_tick) options_.on_tick();
       if (leader) {
-        lead(members, *policy, stalls);
+        lead(members, *policy);
       } else {
-        follow(stalls);
+        follow();
       }
     }
-  } catch (const Error& e) {
-    // The store is gone or broken: nothing this node can decide; the
-    // agent learns it from its workers or at the next rendezvous.
-    if (!stop_.load()) log->error("round {}: watching the round failed: {}", a.round, e.what());
+  } catch (const std::exception& e) {
+    // The store is gone, unreachable or broken: this node can no longer
+    // hear the others, and its workers may wait forever in a collective
+    // with peers that moved on. It stops them as if the round had ended;
+    // the agent's rejoin then tells whether the store is back.
+    if (stop_.load()) return;
+    log->error("round {}: lost the rendezvous store: {}", a.round, e.what());
+    EndRecord lost;
+    lost.kind = EndKind::kRestart;
+    lost.reason = std::string("this node lost the rendezvous store: ") + e.what();
+    options_.on_end(lost, *rdzv_);
   }
 }
 
-void RoundWatch::lead(const std::vector<std::string>& members, elastic::Policy& policy,
-                      StallDetector& stalls) {
+void RoundWatch::lead(const std::vector<std::string>& members, elastic::Policy& policy) {
   auto log = util::logger("rendezvous");
   const auto& c = rdzv_->config();
   const uint64_t round = options_.assignment.round;
@@ -99,52 +119,59 @@ void RoundWatch::lead(const std::vector<std::string>& members, elastic::Policy& 
   o.now = wall_now();
   o.current = static_cast<int>(members.size());
   std::string lost_names;
+  const int64_t now_ms = now_unix_ms();
+  const auto limit = c.heartbeat_interval * c.missed_heartbeats;
   for (size_t i = 0; i < members.size(); ++i) {
-    if (stalls.stalled(members[i], std::stoll(beats[i]))) {
+    if (heartbeat_stale(beats[i], now_ms, limit)) {
       ++o.lost;
       lost_names += (lost_names.empty() ? "" : ", ") + members[i];
     }
   }
-  o.waiting = rdzv_->waiting_after(round);
+  o.waiting = rdzv_->live_waiting_after(round);
   o.leaving = rdzv_->leaving(round);
-  // Operator requests: elasticctl bumps ctl/seq after writing one; the
+  // Operator requests: elasticctl writes one, then bumps ctl/seq; the
   // leader remembers in ctl/handled what it has acted on, so a new leader
-  // neither misses nor repeats one.
+  // neither misses nor repeats one. A request counts as handled only when
+  // its decision took effect (nothing to do, or this leader ended the round
+  // with it): if another agent ended the round first, the next leader sees
+  // the request again.
   const int64_t seq = store.add(keys::kRequestSeq, 0);
   const int64_t handled = store.add("ctl/handled", 0);
   int64_t release_total = 0, release_done = 0;
   if (seq > handled) {
     if (store.check({keys::kScaleRequest})) {
-      o.scale_request = std::stoi(store.get(keys::kScaleRequest));
+      o.scale_request = parse_count(store.get(keys::kScaleRequest));
     }
     release_total = store.add(keys::kReleaseRequest, 0);
     release_done = store.add("ctl/release_done", 0);
-    o.release_request = static_cast<int>(release_total - release_done);
+    o.release_request = static_cast<int>(std::max<int64_t>(0, release_total - release_done));
   }
   const elastic::PolicyState before = policy.state();
   const elastic::Decision d = policy.decide(o);
-  if (seq > handled) {
-    store.add("ctl/handled", seq - handled);
-    if (release_total > release_done) store.add("ctl/release_done", release_total - release_done);
-    // A scale request is a standing cap in the policy state, not a one-shot.
-    if (o.scale_request) store.delete_key(keys::kScaleRequest);
+  bool took_effect = d.action == elastic::Action::kNone;
+  if (!took_effect) {
+    EndRecord r = to_end_record(d, c);
+    r.survivors = std::max(0, o.current - o.lost - o.leaving - d.release);
+    if (o.lost > 0 && d.action == elastic::Action::kReplace) {
+      r.reason += " (lost: " + lost_names + ")";
+    }
+    log->info("round {}: ending the round: {} -> {} member(s): {}", round, to_string(r.kind),
+              r.target, r.reason);
+    took_effect = rdzv_->end_round(round, r).serialize() == r.serialize();
   }
+  if (!took_effect) return;
   if (!(policy.state() == before)) store.set(keys::kPolicyState, policy.state().serialize());
-  if (d.action == elastic::Action::kNone) return;
-  EndRecord r = to_end_record(d, c);
-  r.survivors = std::max(0, o.current - o.lost - o.leaving - d.release);
-  if (o.lost > 0 && d.action == elastic::Action::kReplace)
-    r.reason += " (lost: " + lost_names + ")";
-  log->info("round {}: ending the round: {} -> {} member(s): {}", round, to_string(r.kind),
-            r.target, r.reason);
-  rdzv_->end_round(round, r);
+  if (seq > handled) {
+    if (release_total > release_done) store.add("ctl/release_done", release_total - release_done);
+    store.add("ctl/handled", seq - handled);
+  }
 }
 
-void RoundWatch::follow(StallDetector& stalls) {
+void RoundWatch::follow() {
   const auto& c = rdzv_->config();
   const Assignment& a = options_.assignment;
-  const int64_t beat = rdzv_->client().add(keys::heartbeat(a.leader_node_id), 0);
-  if (!stalls.stalled(a.leader_node_id, beat)) return;
+  const std::string beat = rdzv_->client().get(keys::heartbeat(a.leader_node_id));
+  if (!heartbeat_stale(beat, now_unix_ms(), c.heartbeat_interval * c.missed_heartbeats)) return;
   EndRecord r;
   r.kind = EndKind::kReplace;
   r.target = a.group_world_size;

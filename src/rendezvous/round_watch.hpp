@@ -27,8 +27,13 @@ namespace elasticrun::rendezvous {
 struct WatchOptions {
   Assignment assignment;
   elastic::PolicyConfig policy;
-  // Called once, on the watch thread, with the record that ended the round.
-  std::function<void(const EndRecord&)> on_end;
+  // Called once, on the watch thread, with the record that ended the round
+  // and the watch's own connection (for follow-up work such as agreeing on
+  // the stop step; the agent's other connections belong to other threads).
+  std::function<void(const EndRecord&, Rendezvous&)> on_end;
+  // Called on the watch thread once per heartbeat interval while the round
+  // runs (sampling worker progress); may be empty.
+  std::function<void()> on_tick;
 };
 
 class RoundWatch {
@@ -42,9 +47,8 @@ class RoundWatch {
 
  private:
   void run();
-  void lead(const std::vector<std::string>& members, elastic::Policy& policy,
-            StallDetector& stalls);
-  void follow(StallDetector& stalls);
+  void lead(const std::vector<std::string>& members, elastic::Policy& policy);
+  void follow();
 
   WatchOptions options_;
   std::unique_ptr<Rendezvous> rdzv_;  // the thread's own connection

@@ -88,7 +88,8 @@ struct StoreClient::Impl {
     // the cancel, in which case a STOP_WAITING precedes WAIT_CANCELED.
     std::string frame;
     RequestWriter(frame).type(QueryType::kCancelWait);
-    Deadline cancel_dl = Deadline::after(std::chrono::seconds(30));
+    // The cancel is a request like any other: the client's own timeout.
+    Deadline cancel_dl = Deadline::after(options.timeout);
     send(frame, cancel_dl, what + " (cancel)");
     auto b = read_fixed<uint8_t>(cancel_dl, what + " (cancel)");
     if (b == static_cast<uint8_t>(store::WaitResponse::kStopWaiting)) {

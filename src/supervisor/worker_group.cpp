@@ -94,6 +94,12 @@ void WorkerGroup::signal_all(int sig) {
   }
 }
 
+void WorkerGroup::signal_one(int local_rank, int sig) {
+  const Worker& w = workers_.at(static_cast<size_t>(local_rank));
+  // Not reaped yet means the pid is still ours (a zombie at worst).
+  if (!w.exited) ::kill(w.pid, sig);
+}
+
 size_t WorkerGroup::running() const {
   size_t n = 0;
   for (const auto& w : workers_) n += w.exited ? 0 : 1;

@@ -51,6 +51,9 @@ class WorkerGroup {
   bool all_exited() const { return running() == 0; }
   const std::vector<WorkerExit>& exits() const { return exits_; }
   pid_t pid(int local_rank) const { return workers_.at(static_cast<size_t>(local_rank)).pid; }
+  // Sends sig to one worker process (not its group: a worker's helper
+  // processes may not handle it), unless it has already been reaped.
+  void signal_one(int local_rank, int sig);
 
   // Retires the groups from the death watch (after they were killed and reaped).
   void forget();

@@ -39,21 +39,31 @@ std::future<Assignment> join_async(Rendezvous& r, bool released = false) {
   return std::async(std::launch::async, [&r, released] { return r.join(released); });
 }
 
-std::vector<std::unique_ptr<Rendezvous>> agents(const ServerFixture& s, int n, int min, int max,
-                                                int local_world_size = 1) {
-  std::vector<std::unique_ptr<Rendezvous>> v;
+// Agents with their heartbeats, as the agent runs them.
+struct Fleet {
+  std::vector<std::unique_ptr<Rendezvous>> agents;
+  std::vector<std::unique_ptr<Heartbeat>> beats;
+  Rendezvous& operator[](size_t i) { return *agents[i]; }
+  size_t size() const { return agents.size(); }
+  void add(const RendezvousConfig& c) {
+    agents.push_back(std::make_unique<Rendezvous>(c));
+    beats.push_back(std::make_unique<Heartbeat>(c));
+  }
+};
+
+Fleet agents(const ServerFixture& s, int n, int min, int max, int local_world_size = 1) {
+  Fleet v;
   for (int i = 0; i < n; ++i) {
     auto c = config_for(s, "node" + std::to_string(i), min, max);
     c.local_world_size = local_world_size;
-    v.push_back(std::make_unique<Rendezvous>(c));
+    v.add(c);
   }
   return v;
 }
 
-std::vector<Assignment> join_all(std::vector<std::unique_ptr<Rendezvous>>& v,
-                                 const std::set<size_t>& released = {}) {
+std::vector<Assignment> join_all(Fleet& v, const std::set<size_t>& released = {}) {
   std::vector<std::future<Assignment>> fs;
-  for (size_t i = 0; i < v.size(); ++i) fs.push_back(join_async(*v[i], released.count(i) > 0));
+  for (size_t i = 0; i < v.size(); ++i) fs.push_back(join_async(v[i], released.count(i) > 0));
   std::vector<Assignment> out;
   for (auto& f : fs) out.push_back(f.get());
   return out;
@@ -135,28 +145,26 @@ TEST_CASE("an agent beyond the allowed sizes waits as a spare and is used first 
 TEST_CASE("survivors keep their relative order and newcomers are appended", "[rendezvous]") {
   ServerFixture store;
   auto v = agents(store, 3, 3, 4);
-  std::vector<std::unique_ptr<Heartbeat>> beats;
-  for (auto& r : v) beats.push_back(std::make_unique<Heartbeat>(r->config()));
   const auto first = join_all(v);
   require_dense(first, 1);
   // A fourth agent joins round 2 and waits; the leader scales up.
   auto late = std::make_unique<Rendezvous>(config_for(store, "late", 3, 4));
   auto beat_late = std::make_unique<Heartbeat>(late->config());
   auto f = join_async(*late);
-  while (v[0]->waiting_after(1) < 1) std::this_thread::sleep_for(10ms);
+  while (v[0].waiting_after(1) < 1) std::this_thread::sleep_for(10ms);
   EndRecord up;
   up.kind = EndKind::kScaleUp;
   up.target = 4;
   up.survivors = 3;
   up.wait = 5s;
-  v[0]->end_round(1, up);
+  v[0].end_round(1, up);
   // Survivors rejoin in reverse order of their ranks: order must not matter.
   std::vector<size_t> order = {0, 1, 2};
   std::sort(order.begin(), order.end(),
             [&](size_t x, size_t y) { return first[x].group_rank > first[y].group_rank; });
   std::vector<std::future<Assignment>> fs;
   for (size_t i : order) {
-    fs.push_back(join_async(*v[i]));
+    fs.push_back(join_async(v[i]));
     std::this_thread::sleep_for(20ms);
   }
   std::vector<Assignment> second(3);
@@ -171,8 +179,6 @@ TEST_CASE("a released node is admitted after every survivor even when it rejoins
           "[rendezvous]") {
   ServerFixture store;
   auto v = agents(store, 3, 2, 3);
-  std::vector<std::unique_ptr<Heartbeat>> beats;
-  for (auto& r : v) beats.push_back(std::make_unique<Heartbeat>(r->config()));
   const auto first = join_all(v);
   size_t highest = 0;
   for (size_t i = 0; i < 3; ++i) {
@@ -184,12 +190,12 @@ TEST_CASE("a released node is admitted after every survivor even when it rejoins
   rel.survivors = 2;
   rel.release = 1;
   rel.wait = 5s;
-  v[0]->end_round(1, rel);
-  auto fr = join_async(*v[highest], /*released=*/true);
+  v[0].end_round(1, rel);
+  auto fr = join_async(v[highest], /*released=*/true);
   std::this_thread::sleep_for(100ms);
   std::vector<std::future<Assignment>> fs;
   for (size_t i = 0; i < 3; ++i) {
-    if (i != highest) fs.push_back(join_async(*v[i]));
+    if (i != highest) fs.push_back(join_async(v[i]));
   }
   for (auto& f : fs) {
     const Assignment a = f.get();
@@ -198,7 +204,7 @@ TEST_CASE("a released node is admitted after every survivor even when it rejoins
   }
   // The released node waits as a spare of round 3.
   REQUIRE(fr.wait_for(200ms) == std::future_status::timeout);
-  v[highest]->cancel();
+  v[highest].cancel();
   REQUIRE_THROWS_AS(fr.get(), RendezvousClosed);
 }
 
@@ -208,6 +214,7 @@ TEST_CASE("too few agents within the join timeout fail the round with a clear me
   auto c = config_for(store, "alone", 2, 2);
   c.join_timeout = 300ms;
   Rendezvous r(c);
+  Heartbeat beat(c);
   try {
     r.join();
     FAIL("join should have timed out");
@@ -228,20 +235,21 @@ TEST_CASE("only one end record wins and the next round aims for its target", "[r
   a.reason = "first";
   b.kind = EndKind::kFail;
   b.reason = "second";
-  REQUIRE(v[0]->end_round(1, a).reason == "first");
-  REQUIRE(v[1]->end_round(1, b).reason == "first");
-  const auto seen = v[1]->wait_end(1, 1s);
+  REQUIRE(v[0].end_round(1, a).reason == "first");
+  REQUIRE(v[1].end_round(1, b).reason == "first");
+  const auto seen = v[1].wait_end(1, 1s);
   REQUIRE(seen);
   REQUIRE(seen->kind == EndKind::kRestart);
-  REQUIRE_FALSE(v[0]->wait_end(2, 50ms));
+  REQUIRE_FALSE(v[0].wait_end(2, 50ms));
 }
 
 TEST_CASE("a finished job makes late joiners and spares leave", "[rendezvous]") {
   ServerFixture store;
   auto v = agents(store, 1, 1, 1);
   join_all(v);
-  v[0]->mark_job_finished(false, "every worker succeeded");
+  v[0].mark_job_finished(false, "every worker succeeded");
   auto late = std::make_unique<Rendezvous>(config_for(store, "late", 1, 1));
+  Heartbeat late_beat(late->config());
   try {
     late->join();
     FAIL("join should have reported the finished job");
@@ -270,16 +278,39 @@ TEST_CASE("end records survive a serialisation round trip and garbage is refused
   REQUIRE_THROWS_AS(EndRecord::parse("restart x"), StoreError);
 }
 
-TEST_CASE("a stall detector flags a counter only after it stood still past the limit",
+TEST_CASE("a heartbeat is stale once older than the limit or not a time at all", "[rendezvous]") {
+  REQUIRE_FALSE(heartbeat_stale("1000", 1100, 100ms));
+  REQUIRE(heartbeat_stale("1000", 1101, 100ms));
+  REQUIRE_FALSE(heartbeat_stale("1000", 900, 100ms));  // a clock slightly behind
+  REQUIRE(heartbeat_stale("", 0, 100ms));
+  REQUIRE(heartbeat_stale("12x", 0, 100ms));
+}
+
+TEST_CASE("a spare that died while waiting is not admitted when the next round closes",
           "[rendezvous]") {
-  StallDetector d(100ms);
-  const auto t0 = std::chrono::steady_clock::now();
-  REQUIRE_FALSE(d.stalled("a", 1, t0));
-  REQUIRE_FALSE(d.stalled("a", 1, t0 + 100ms));
-  REQUIRE(d.stalled("a", 1, t0 + 101ms));
-  REQUIRE_FALSE(d.stalled("a", 2, t0 + 150ms));
-  REQUIRE_FALSE(d.stalled("a", 2, t0 + 200ms));
-  REQUIRE(d.stalled("a", 2, t0 + 251ms));
+  ServerFixture store;
+  auto v = agents(store, 2, 2, 3);
+  join_all(v);
+  // A spare joins round 2, then dies: its heartbeat stops.
+  auto spare = std::make_unique<Rendezvous>(config_for(store, "ghost", 2, 3));
+  auto spare_beat = std::make_unique<Heartbeat>(spare->config());
+  auto f = join_async(*spare);
+  while (v[0].waiting_after(1) < 1) std::this_thread::sleep_for(10ms);
+  REQUIRE(v[0].live_waiting_after(1) == 1);
+  spare_beat.reset();
+  spare->cancel();
+  REQUIRE_THROWS_AS(f.get(), RendezvousClosed);
+  std::this_thread::sleep_for(300ms);  // past 4 missed beats of 50 ms
+  REQUIRE(v[0].live_waiting_after(1) == 0);
+  EndRecord up;
+  up.kind = EndKind::kScaleUp;
+  up.target = 3;
+  up.survivors = 2;
+  up.wait = 300ms;
+  v[0].end_round(1, up);
+  const auto second = join_all(v);
+  require_dense(second, 1);
+  REQUIRE(second[0].round == 2);
 }
 
 }  // namespace elasticrun::rendezvous

@@ -1,0 +1,324 @@
+#include "ctl/job_status.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "ctl/job_keys.hpp"
+
+namespace elasticrun::ctl {
+namespace {
+
+using job_keys::round_key;
+
+std::optional<int64_t> to_int(const std::string& text) {
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || p != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(text);
+  while (std::getline(in, cur)) out.push_back(cur);
+  return out;
+}
+
+// The values of `keys`, nullopt for those absent. One CHECK and one
+// MULTI_GET when all exist (the usual case); key by key otherwise, since
+// MULTI_GET would wait for the missing ones.
+std::vector<std::optional<std::string>> read_present(StoreClient& c,
+                                                     const std::vector<std::string>& keys) {
+  std::vector<std::optional<std::string>> out(keys.size());
+  if (keys.empty()) return out;
+  if (c.check(keys)) {
+    auto values = c.multi_get(keys);
+    for (size_t i = 0; i < keys.size(); ++i) out[i] = std::move(values[i]);
+    return out;
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (c.check({keys[i]})) out[i] = c.get(keys[i]);
+  }
+  return out;
+}
+
+std::optional<std::string> read_one(StoreClient& c, const std::string& key) {
+  return read_present(c, {key})[0];
+}
+
+// A join record: "node_id \n host \n local_world_size \n prev_round \n
+// prev_rank \n released". Fields past what a record has stay empty.
+AgentInfo parse_record(const std::string& text) {
+  const auto f = lines(text);
+  AgentInfo a;
+  if (!f.empty()) a.node_id = f[0];
+  if (f.size() > 1) a.host = f[1];
+  if (f.size() > 2) a.local_world_size = static_cast<int>(to_int(f[2]).value_or(0));
+  if (f.size() > 5) a.released = f[5] == "1";
+  return a;
+}
+
+// The records of arrival indices 1..count of a round.
+std::vector<std::optional<std::string>> read_records(StoreClient& c, uint64_t round, int64_t count,
+                                                     const char* what) {
+  std::vector<std::string> keys;
+  for (int64_t i = 1; i <= count; ++i) keys.push_back(round_key(round, what + std::to_string(i)));
+  return read_present(c, keys);
+}
+
+void read_members(StoreClient& c, JobStatus& s) {
+  const uint64_t round = *s.round;
+  const auto candidates = to_int(s.closed);
+  if (!candidates) return;  // "fail ...": nobody was admitted
+  // The closer writes `members` and then every assignment; a status taken
+  // in between shows the members without their ranks.
+  const auto recs = read_records(c, round, *candidates, "rec/");
+  const auto assigns = read_records(c, round, *candidates, "assign/");
+  for (size_t i = 0; i < assigns.size(); ++i) {
+    if (!assigns[i] || !recs[i]) continue;
+    std::istringstream in(*assigns[i]);
+    std::string tag;
+    MemberInfo m;
+    int nodes = 0, world = 0;
+    if (!(in >> tag >> m.group_rank >> nodes >> m.rank_offset >> world) || tag != "ok") continue;
+    m.agent = parse_record(*recs[i]);
+    s.world_size = world;
+    s.members.push_back(std::move(m));
+  }
+  if (!s.members.empty()) {
+    std::sort(s.members.begin(), s.members.end(),
+              [](const MemberInfo& a, const MemberInfo& b) { return a.group_rank < b.group_rank; });
+    return;
+  }
+  if (auto ids = read_one(c, round_key(round, "members"))) {
+    int rank = 0;
+    for (auto& id : lines(*ids)) {
+      MemberInfo m;
+      m.agent.node_id = id;
+      m.group_rank = rank++;
+      s.members.push_back(std::move(m));
+    }
+  }
+}
+
+std::string plural(int64_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+std::string ranks_text(const MemberInfo& m) {
+  if (m.rank_offset < 0 || m.agent.local_world_size < 1) return "?";
+  if (m.agent.local_world_size == 1) return std::to_string(m.rank_offset);
+  return std::to_string(m.rank_offset) + "-" +
+         std::to_string(m.rank_offset + m.agent.local_world_size - 1);
+}
+
+std::string or_unknown(const std::string& s) {
+  return s.empty() ? "?" : s;
+}
+
+// Rows of cells, left-aligned in columns two spaces apart.
+std::string columns(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    width.resize(std::max(width.size(), row.size()));
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(width[i] - row[i].size() + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string end_text(const rendezvous::EndRecord& e) {
+  std::string t = std::string(rendezvous::to_string(e.kind)) + ", next round " +
+                  plural(e.target, "node", "nodes");
+  if (!e.reason.empty()) t += ": " + e.reason;
+  return t;
+}
+
+std::string ago(std::chrono::milliseconds since_epoch, std::chrono::system_clock::time_point now) {
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()) - since_epoch;
+  if (ms.count() < 0) return "just now";
+  return std::to_string(ms.count() / 1000) + " s ago";
+}
+
+}  // namespace
+
+std::string JobStatus::state() const {
+  if (finished) return finished->rfind("fail", 0) == 0 ? "failed" : "finished";
+  if (!round) return "forming";
+  if (!to_int(closed)) return "not formed";
+  if (end) return "ending";
+  return "running";
+}
+
+JobStatus read_status(StoreClient& c, const JobAddress& job) {
+  JobStatus s;
+  s.job = job;
+  const std::string open = c.get(job_keys::kRound);
+  const auto open_round = to_int(open);
+  if (!open_round || *open_round < 1) {
+    throw StoreError("job '" + job.run_id + "' on " + job.endpoint() + ": malformed round '" +
+                     open + "'");
+  }
+  s.open_round = static_cast<uint64_t>(*open_round);
+  s.joined = to_int(read_one(c, round_key(s.open_round, "count")).value_or("0")).value_or(0);
+  for (auto& rec : read_records(c, s.open_round, s.joined, "rec/")) {
+    if (rec) s.waiting.push_back(parse_record(*rec));
+  }
+  if (s.open_round > 1) {
+    s.round = s.open_round - 1;
+    s.closed = read_one(c, round_key(*s.round, "closed")).value_or("");
+    read_members(c, s);
+    if (auto end = read_one(c, round_key(*s.round, "end"))) {
+      try {
+        s.end = rendezvous::EndRecord::parse(*end);
+      } catch (const StoreError&) {
+        // Written by an agent of another version: show the rest.
+      }
+    }
+  }
+  s.restarts = to_int(read_one(c, job_keys::kFailures).value_or("0")).value_or(0);
+  s.finished = read_one(c, job_keys::kJobFinished);
+  s.policy_text = read_one(c, rendezvous::keys::kPolicyState);
+  if (s.policy_text) {
+    try {
+      s.policy = elastic::PolicyState::parse(*s.policy_text);
+    } catch (const ConfigError&) {
+      // Shown as text.
+    }
+  }
+  s.requests = to_int(read_one(c, rendezvous::keys::kRequestSeq).value_or("0")).value_or(0);
+  s.handled = to_int(read_one(c, job_keys::kRequestsHandled).value_or("0")).value_or(0);
+  return s;
+}
+
+std::string format_table(const JobStatus& s, std::chrono::system_clock::time_point now) {
+  std::string out = "job '" + s.job.run_id + "' on " + s.job.endpoint() + ": " + s.state() + "\n";
+  std::vector<std::vector<std::string>> rows;
+  if (s.round) {
+    std::string r = std::to_string(*s.round) + ": ";
+    if (!to_int(s.closed)) {
+      // "fail <why>" or "failjob <why>": the reason follows the first word.
+      const size_t sp = s.closed.find(' ');
+      r += "closed without members: " +
+           (sp == std::string::npos ? s.closed : s.closed.substr(sp + 1));
+    } else {
+      r += plural(static_cast<int64_t>(s.members.size()), "node", "nodes") + ", world size " +
+           (s.world_size < 0 ? "?" : std::to_string(s.world_size));
+    }
+    rows.push_back({"round", r});
+    if (s.end) rows.push_back({"ended", end_text(*s.end)});
+  }
+  rows.push_back({"open round", std::to_string(s.open_round) + ": " +
+                                    plural(s.joined, "agent", "agents") + " joined"});
+  rows.push_back({"restarts", std::to_string(s.restarts)});
+  if (s.policy) {
+    std::string p =
+        s.policy->cap ? "size limit " + plural(*s.policy->cap, "node", "nodes") : "no size limit";
+    p += ", backoff level " + std::to_string(s.policy->backoff_level);
+    if (s.policy->last_event) p += ", last scale event " + ago(*s.policy->last_event, now);
+    rows.push_back({"policy", p});
+  } else if (s.policy_text) {
+    rows.push_back({"policy", *s.policy_text});
+  }
+  if (s.requests > 0) {
+    rows.push_back({"requests", std::to_string(s.requests) + " submitted, " +
+                                    std::to_string(s.handled) + " handled"});
+  }
+  if (s.finished) rows.push_back({"finished", *s.finished});
+  out += columns(rows);
+
+  if (!s.members.empty()) {
+    std::vector<std::vector<std::string>> table = {{"GROUP RANK", "RANKS", "HOST", "NODE"}};
+    for (const auto& m : s.members) {
+      table.push_back({std::to_string(m.group_rank), ranks_text(m), or_unknown(m.agent.host),
+                       or_unknown(m.agent.node_id)});
+    }
+    out += "\nmembers of round " + std::to_string(*s.round) + ":\n" + columns(table);
+  }
+  if (!s.waiting.empty()) {
+    std::vector<std::vector<std::string>> table = {{"", "HOST", "NODE"}};
+    for (const auto& a : s.waiting) {
+      table.push_back(
+          {a.released ? "released" : "joined", or_unknown(a.host), or_unknown(a.node_id)});
+    }
+    out += "\nagents in open round " + std::to_string(s.open_round) + ":\n" + columns(table);
+  }
+  return out;
+}
+
+std::string format_json(const JobStatus& s) {
+  using nlohmann::ordered_json;
+  auto agent = [](const AgentInfo& a) {
+    return ordered_json{{"node_id", a.node_id},
+                        {"host", a.host},
+                        {"local_world_size", a.local_world_size},
+                        {"released", a.released}};
+  };
+  ordered_json members = ordered_json::array();
+  for (const auto& m : s.members) {
+    ordered_json j = {{"group_rank", m.group_rank}};
+    j.update(agent(m.agent));
+    j["rank_offset"] = m.rank_offset;
+    members.push_back(std::move(j));
+  }
+  ordered_json waiting = ordered_json::array();
+  for (const auto& a : s.waiting) waiting.push_back(agent(a));
+  ordered_json end = nullptr;
+  if (s.end) {
+    end = {{"kind", rendezvous::to_string(s.end->kind)},
+           {"target", s.end->target},
+           {"survivors", s.end->survivors},
+           {"release", s.end->release},
+           {"reason", s.end->reason}};
+  }
+  ordered_json finished = nullptr;
+  if (s.finished) {
+    const size_t sp = s.finished->find(' ');
+    finished = {{"ok", s.finished->rfind("fail", 0) != 0},
+                {"reason", sp == std::string::npos ? "" : s.finished->substr(sp + 1)}};
+  }
+  ordered_json policy = nullptr;
+  if (s.policy_text) {
+    policy = {{"state", *s.policy_text}};
+    if (s.policy) {
+      policy["size_limit"] = s.policy->cap ? ordered_json(*s.policy->cap) : ordered_json(nullptr);
+      policy["backoff_level"] = s.policy->backoff_level;
+      policy["last_event_unix_ms"] = s.policy->last_event
+                                         ? ordered_json(s.policy->last_event->count())
+                                         : ordered_json(nullptr);
+    }
+  }
+  const ordered_json j = {
+      {"run_id", s.job.run_id},
+      {"endpoint", s.job.endpoint()},
+      {"state", s.state()},
+      {"round", s.round ? ordered_json(*s.round) : ordered_json(nullptr)},
+      {"closed", s.round ? ordered_json(s.closed) : ordered_json(nullptr)},
+      {"nodes", s.members.size()},
+      {"world_size", s.world_size < 0 ? ordered_json(nullptr) : ordered_json(s.world_size)},
+      {"members", std::move(members)},
+      {"end", std::move(end)},
+      {"open_round", s.open_round},
+      {"joined", s.joined},
+      {"waiting", std::move(waiting)},
+      {"restarts", s.restarts},
+      {"finished", std::move(finished)},
+      {"policy", std::move(policy)},
+      {"requests", {{"submitted", s.requests}, {"handled", s.handled}}},
+  };
+  return j.dump(2) + "\n";
+}
+
+}  // namespace elasticrun::ctl
