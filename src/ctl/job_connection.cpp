@@ -42,7 +42,7 @@ StoreClient connect_job(const JobAddress& job, std::chrono::milliseconds connect
   }();
   // The first agent of a job creates `round`; without it no agent of this
   // job ever reached the store (a typo in the id, or the wrong store).
-  if (!client.check({"round"})) {
+  if (!client.check({rendezvous::keys::kRound})) {
     throw NoSuchJob("no job '" + job.run_id + "' on " + job.endpoint());
   }
   return client;

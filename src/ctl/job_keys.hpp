@@ -1,7 +1,5 @@
 // The rendezvous keys elasticctl reads, relative to the job's prefix
-// (docs/protocol.md, "Rendezvous"). Those the agents share with elasticctl
-// come from rendezvous::keys; the rest are spelled here once, as
-// src/rendezvous writes them (they are private there).
+// (docs/protocol.md, "Rendezvous"), all spelled once in rendezvous::keys.
 #pragma once
 
 #include <cstdint>
@@ -11,16 +9,11 @@
 
 namespace elasticrun::ctl::job_keys {
 
-inline constexpr const char* kRound = "round";  // the round open for joining
-inline constexpr const char* kFailures = "failures";
-inline constexpr const char* kJobFinished = "job/finished";  // "ok <why>" / "fail <why>"
-// What the leader has acted on (RoundWatch::lead).
-inline constexpr const char* kRequestsHandled = "ctl/handled";
-inline constexpr const char* kReleaseDone = "ctl/release_done";
-
-// "r/<n>/<name>": a key of round n.
-inline std::string round_key(uint64_t round, const std::string& name) {
-  return "r/" + std::to_string(round) + "/" + name;
-}
+using rendezvous::keys::kFailures;
+using rendezvous::keys::kJobFinished;
+using rendezvous::keys::kReleaseDone;
+using rendezvous::keys::kRequestsHandled;
+using rendezvous::keys::kRound;
+using rendezvous::keys::round_key;
 
 }  // namespace elasticrun::ctl::job_keys

@@ -17,7 +17,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::string rkey(uint64_t round, const std::string& name) {
-  return "r/" + std::to_string(round) + "/" + name;
+  return keys::round_key(round, name);
 }
 
 int64_t to_int(const std::string& text, const std::string& what) {
@@ -105,6 +105,9 @@ std::string prefix(const std::string& run_id) {
 std::string heartbeat(const std::string& node_id) {
   return "hb/" + node_id;
 }
+std::string round_key(uint64_t round, const std::string& name) {
+  return "r/" + std::to_string(round) + "/" + name;
+}
 }  // namespace keys
 
 // What an agent writes when it joins: everything the closer needs to order
@@ -163,7 +166,8 @@ Assignment Rendezvous::join(bool released) {
   auto log = util::logger("rendezvous");
   // COMPARE_SET on an absent key with expected "" creates it: the first
   // agent of a job opens round 1.
-  uint64_t round = static_cast<uint64_t>(to_int(client_.compare_set("round", "", "1"), "round"));
+  uint64_t round =
+      static_cast<uint64_t>(to_int(client_.compare_set(keys::kRound, "", "1"), "round"));
   for (;;) {
     check_cancelled();
     if (auto done = job_finished()) {
@@ -355,7 +359,7 @@ void Rendezvous::close_round(uint64_t round) {
   const std::string now = client_.compare_set(rkey(round, "closed"), "", closed_value);
   if (now != closed_value) return;  // another agent closed it first
   // Late arrivals from here on belong to the next round.
-  client_.compare_set("round", std::to_string(round), std::to_string(round + 1));
+  client_.compare_set(keys::kRound, std::to_string(round), std::to_string(round + 1));
   if (closed_value.rfind("failjob ", 0) == 0) {
     mark_job_finished(true, closed_value.substr(8));
     log->error("round {}: {}", round, closed_value.substr(8));
@@ -492,7 +496,7 @@ std::optional<std::string> Rendezvous::account_failure(uint64_t round, int lost)
   if (client_.compare_set(rkey(round, "counted"), "", config_.node_id) != config_.node_id) {
     return std::nullopt;
   }
-  const int64_t used = client_.add("failures", 1);
+  const int64_t used = client_.add(keys::kFailures, 1);
   if (used <= config_.max_restarts) return std::nullopt;
   return prev.reason + "; --max-restarts " + std::to_string(config_.max_restarts) + " spent";
 }
@@ -606,16 +610,16 @@ int64_t Rendezvous::arrive_done(uint64_t round) {
 }
 
 int64_t Rendezvous::failures() {
-  return client_.add("failures", 0);
+  return client_.add(keys::kFailures, 0);
 }
 
 void Rendezvous::mark_job_finished(bool failed, const std::string& reason) {
-  client_.compare_set("job/finished", "", (failed ? "fail " : "ok ") + reason);
+  client_.compare_set(keys::kJobFinished, "", (failed ? "fail " : "ok ") + reason);
 }
 
 std::optional<std::pair<bool, std::string>> Rendezvous::job_finished() {
-  if (!client_.check({"job/finished"})) return std::nullopt;
-  const std::string v = client_.get("job/finished");
+  if (!client_.check({keys::kJobFinished})) return std::nullopt;
+  const std::string v = client_.get(keys::kJobFinished);
   const bool failed = v.rfind("fail", 0) == 0;
   const size_t sp = v.find(' ');
   return std::make_pair(failed, sp == std::string::npos ? std::string() : v.substr(sp + 1));

@@ -196,7 +196,15 @@ inline constexpr const char* kScaleRequest = "ctl/scale";      // decimal N
 inline constexpr const char* kReleaseRequest = "ctl/release";  // ADD K
 inline constexpr const char* kRequestSeq = "ctl/seq";          // ADD 1 after each request
 inline constexpr const char* kPolicyState = "policy/state";
+// What the leader has acted on (RoundWatch::lead).
+inline constexpr const char* kRequestsHandled = "ctl/handled";
+inline constexpr const char* kReleaseDone = "ctl/release_done";
+inline constexpr const char* kRound = "round";  // the round open for joining
+inline constexpr const char* kFailures = "failures";
+inline constexpr const char* kJobFinished = "job/finished";  // "ok <why>" / "fail <why>"
 std::string heartbeat(const std::string& node_id);
+// "r/<n>/<name>": a key of round n.
+std::string round_key(uint64_t round, const std::string& name);
 }  // namespace keys
 
 }  // namespace elasticrun::rendezvous

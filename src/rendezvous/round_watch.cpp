@@ -136,14 +136,14 @@ void RoundWatch::lead(const std::vector<std::string>& members, elastic::Policy& 
   // with it): if another agent ended the round first, the next leader sees
   // the request again.
   const int64_t seq = store.add(keys::kRequestSeq, 0);
-  const int64_t handled = store.add("ctl/handled", 0);
+  const int64_t handled = store.add(keys::kRequestsHandled, 0);
   int64_t release_total = 0, release_done = 0;
   if (seq > handled) {
     if (store.check({keys::kScaleRequest})) {
       o.scale_request = parse_count(store.get(keys::kScaleRequest));
     }
     release_total = store.add(keys::kReleaseRequest, 0);
-    release_done = store.add("ctl/release_done", 0);
+    release_done = store.add(keys::kReleaseDone, 0);
     o.release_request = static_cast<int>(std::max<int64_t>(0, release_total - release_done));
   }
   const elastic::PolicyState before = policy.state();
@@ -162,8 +162,8 @@ void RoundWatch::lead(const std::vector<std::string>& members, elastic::Policy& 
   if (!took_effect) return;
   if (!(policy.state() == before)) store.set(keys::kPolicyState, policy.state().serialize());
   if (seq > handled) {
-    if (release_total > release_done) store.add("ctl/release_done", release_total - release_done);
-    store.add("ctl/handled", seq - handled);
+    if (release_total > release_done) store.add(keys::kReleaseDone, release_total - release_done);
+    store.add(keys::kRequestsHandled, seq - handled);
   }
 }
 
