@@ -46,6 +46,13 @@ from ._control import (
     Slot,
     kind_name,
 )
+from .batch import (
+    BatchPlan,
+    admissible_world_sizes,
+    discrete_values_flag,
+    load_overrides,
+    plan_batches,
+)
 
 __version__ = "0.1.0"
 
@@ -65,7 +72,24 @@ __all__ = [
     "FLAG_ATTACHED",
     "FLAG_STOPPED",
     "FLAG_SAVED",
+    "BatchPlan",
+    "plan_batches",
+    "admissible_world_sizes",
+    "discrete_values_flag",
+    "load_overrides",
+    "ElasticSampler",
 ]
+
+
+def __getattr__(name: str):
+    # ElasticSampler subclasses torch's Sampler, and importing torch takes
+    # seconds: only a program that asks for the sampler pays for it.
+    if name == "ElasticSampler":
+        from .sampler import ElasticSampler
+
+        return ElasticSampler
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 CONTROL_FILE_ENV = "ELASTICRUN_CONTROL_FILE"
 COORDINATION_ENV = "HYPERPOD_SIGNAL_COORDINATION"
