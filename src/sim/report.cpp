@@ -1,0 +1,129 @@
+#include "sim/report.hpp"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+namespace elasticrun::sim {
+namespace {
+
+std::string fixed(double x, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, x);
+  return buf;
+}
+
+std::string percent(double x) {
+  return fixed(100 * x, 1) + "%";
+}
+
+// "4:8h 16:11.6h 0:5m": running sizes in increasing order, then the time
+// not training.
+std::string sizes(const RunResult& r) {
+  std::string out;
+  for (const auto& [nodes, time] : r.time_at_size) {
+    if (nodes == 0 || time.count() == 0) continue;
+    out += (out.empty() ? "" : " ") + std::to_string(nodes) + ":" + short_duration(time);
+  }
+  return out;
+}
+
+std::string pad(std::string s, size_t width) {
+  if (s.size() < width) s.append(width - s.size(), ' ');
+  return s;
+}
+
+}  // namespace
+
+std::string format_table(const Trace& trace, uint64_t seed, const std::vector<RunResult>& runs) {
+  std::string out = "trace " + trace.name + " (seed " + std::to_string(seed) +
+                    "): " + short_duration(trace.duration) + ", up to " +
+                    std::to_string(trace.nodes_max) + " nodes x " +
+                    std::to_string(trace.gpus_per_node) + " GPUs";
+  if (!runs.empty()) {
+    const RunResult& first = runs.front();
+    out += ", static allocation " + std::to_string(first.static_size) + " nodes; idle beyond it " +
+           fixed(first.idle_node_hours * trace.gpus_per_node, 0) + " GPU-hours";
+  }
+  out += "\n";
+  const std::vector<std::pair<std::string, size_t>> columns = {
+      {"policy", 18},
+      {"goodput", 8},
+      {"tokens", 7},
+      {"absorbed", 9},
+      {"scale", 6},
+      {"thrash", 7},
+      {"restarts", 9},
+      {"lost", 7},
+      {"down", 7},
+      {"preempt", 8},
+      {"time at each size (nodes:time)", 0}};
+  for (const auto& [name, width] : columns) out += pad(name, width);
+  out += "\n";
+  for (const RunResult& r : runs) {
+    const auto absorbed = r.absorbed_idle_fraction();
+    const std::vector<std::string> cells = {
+        r.policy,
+        percent(r.goodput()),
+        percent(r.token_efficiency()),
+        absorbed ? percent(*absorbed) : "-",
+        std::to_string(r.scale_events),
+        std::to_string(r.thrash_events),
+        std::to_string(r.restarts),
+        short_duration(r.lost_work),
+        short_duration(r.down),
+        r.preempt_requests ? std::to_string(r.preempt_answered_in_one_decision) + "/" +
+                                 std::to_string(r.preempt_requests)
+                           : "-",
+        sizes(r)};
+    for (size_t i = 0; i < cells.size(); ++i) out += pad(cells[i], columns[i].second);
+    out += "\n";
+  }
+  return out;
+}
+
+std::string format_json(const Trace& trace, uint64_t seed, const std::vector<RunResult>& runs) {
+  using nlohmann::ordered_json;
+  auto secs = [](Millis d) { return static_cast<double>(d.count()) / 1e3; };
+  ordered_json j;
+  j["trace"] = trace.name;
+  j["seed"] = seed;
+  j["duration_s"] = secs(trace.duration);
+  j["nodes_max"] = trace.nodes_max;
+  j["gpus_per_node"] = trace.gpus_per_node;
+  if (!runs.empty()) {
+    j["static_size"] = runs.front().static_size;
+    j["idle_gpu_hours_beyond_static"] = runs.front().idle_node_hours * trace.gpus_per_node;
+  }
+  ordered_json policies = ordered_json::object();
+  for (const RunResult& r : runs) {
+    ordered_json p;
+    p["goodput"] = r.goodput();
+    p["token_efficiency"] = r.token_efficiency();
+    const auto absorbed = r.absorbed_idle_fraction();
+    p["absorbed_idle_fraction"] = absorbed ? ordered_json(*absorbed) : ordered_json(nullptr);
+    p["absorbed_gpu_hours"] = r.absorbed_node_hours * r.gpus_per_node;
+    p["scale_events"] = r.scale_events;
+    p["scale_ups"] = r.scale_ups;
+    p["scale_downs"] = r.scale_downs;
+    p["thrash_events"] = r.thrash_events;
+    p["restarts"] = r.restarts;
+    p["members_lost"] = r.members_lost;
+    p["decisions"] = r.decisions;
+    p["preempt_requests"] = r.preempt_requests;
+    p["preempt_answered_in_one_decision"] = r.preempt_answered_in_one_decision;
+    p["tokens"] = r.tokens;
+    p["ideal_tokens"] = r.ideal_tokens;
+    p["useful_s"] = secs(r.useful);
+    p["lost_work_s"] = secs(r.lost_work);
+    p["checkpointing_s"] = secs(r.checkpointing);
+    p["down_s"] = secs(r.down);
+    ordered_json at = ordered_json::object();
+    for (const auto& [nodes, time] : r.time_at_size) at[std::to_string(nodes)] = secs(time);
+    p["time_at_each_size"] = std::move(at);
+    policies[r.policy] = std::move(p);
+  }
+  j["policies"] = std::move(policies);
+  return j.dump(2) + "\n";
+}
+
+}  // namespace elasticrun::sim

@@ -1,0 +1,27 @@
+// The simulator's outputs: a table for people, JSON for scripts and plots.
+// Neither holds anything that varies between two runs of the same trace and
+// seed (no timings, no dates), so equal inputs give byte-equal outputs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sim/simulator.hpp"
+#include "sim/trace.hpp"
+
+namespace elasticrun::sim {
+
+// A heading (trace, duration, nodes, static allocation, idle GPU-hours
+// beyond it) and one row per run: goodput, tokens against the ideal,
+// absorbed idle fraction, scale and thrash events, restarts, work lost,
+// downtime, preemptions answered in one decision, time at each size.
+std::string format_table(const Trace& trace, uint64_t seed, const std::vector<RunResult>& runs);
+
+// {"trace", "seed", "duration_s", "nodes_max", "gpus_per_node",
+//  "static_size", "idle_gpu_hours_beyond_static",
+//  "policies": {NAME: {"goodput", "token_efficiency", "absorbed_idle_fraction"
+//  (null when nothing was idle), "scale_events", "thrash_events",
+//  "time_at_each_size": {"NODES": seconds, ...}, ...}}}, indented.
+std::string format_json(const Trace& trace, uint64_t seed, const std::vector<RunResult>& runs);
+
+}  // namespace elasticrun::sim

@@ -1,0 +1,374 @@
+#include "sim/simulator.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <memory>
+#include <queue>
+#include <set>
+#include <tuple>
+#include <utility>
+
+#include "elasticrun/errors.hpp"
+#include "sim/controller.hpp"
+
+namespace elasticrun::sim {
+namespace {
+
+using elastic::Action;
+using elastic::Decision;
+using elastic::Observation;
+
+double hours(Millis d) {
+  return static_cast<double>(d.count()) / 3600e3;
+}
+
+double seconds(Millis d) {
+  return static_cast<double>(d.count()) / 1e3;
+}
+
+// A decision loop that keeps ending rounds at one instant (zero costs and a
+// controller that never settles) would never finish; no real one comes near.
+constexpr int kMaxDecisionsAtOneTime = 10'000;
+
+class Run {
+ public:
+  Run(const Trace& trace, std::string_view policy)
+      : trace_(trace), ctl_(make_controller(policy, trace)) {
+    r_.policy = std::string(policy);
+    r_.duration = trace.duration;
+    r_.static_size = trace.start_size();
+    r_.gpus_per_node = trace.gpus_per_node;
+    capacity_ = trace.initial_capacity;
+  }
+
+  RunResult run(const std::vector<TimelineEvent>& timeline) {
+    start();
+    size_t next = 0;
+    while (true) {
+      const Millis event_at = next < timeline.size() ? timeline[next].at : trace_.duration;
+      // Timers first at equal times: a round that is ready at t sees what
+      // happens at t.
+      if (!timers_.empty() && timers_.top().at <= event_at && timers_.top().at < trace_.duration) {
+        const Timer t = timers_.top();
+        timers_.pop();
+        advance(t.at);
+        fire(t);
+        continue;
+      }
+      if (next == timeline.size()) break;
+      advance(event_at);
+      apply(timeline[next++]);
+    }
+    advance(trace_.duration);
+    if (phase_ == Phase::kRunning) {
+      // The end of the trace is the end of the measurement, not a crash.
+      account_running(true);
+    } else {
+      account_down();
+    }
+    r_.down = r_.time_at_size[0];
+    return std::move(r_);
+  }
+
+ private:
+  enum class Phase {
+    kRunning,     // training at size_
+    kRestarting,  // a round of size_ closed; workers start and load until the Resume timer
+    kWaiting,     // a round aiming at size_ waits for nodes (and maybe a deadline)
+  };
+  enum class TimerKind { kResume, kDeadline, kRecheck };
+  struct Timer {
+    Millis at;
+    uint64_t seq;
+    TimerKind kind;
+    uint64_t epoch;  // kResume/kDeadline: stale when the round changed since
+    bool operator>(const Timer& o) const { return std::tie(at, seq) > std::tie(o.at, o.seq); }
+  };
+
+  void schedule(Millis at, TimerKind kind) {
+    if (at >= trace_.duration) return;
+    timers_.push({at, next_seq_++, kind, epoch_});
+  }
+
+  int members() const { return phase_ == Phase::kWaiting ? 0 : size_; }
+
+  // Integrates what depends on capacity alone up to `t`.
+  void advance(Millis t) {
+    assert(t >= now_);
+    if (t > now_) {
+      const Millis dt = t - now_;
+      const int usable = std::min(capacity_, trace_.policy.max_replicas);
+      const int ideal = elastic::largest_allowed_at_most(trace_.policy, usable).value_or(0);
+      r_.ideal_tokens += seconds(dt) * trace_.throughput.at(ideal);
+      r_.idle_node_hours += hours(dt) * std::max(0, usable - r_.static_size);
+      decisions_now_ = 0;
+    }
+    now_ = t;
+  }
+
+  void start() {
+    if (capacity_ >= r_.static_size) {
+      phase_ = Phase::kRunning;
+      size_ = r_.static_size;
+      last_running_size_ = size_;
+      observe();
+    } else {
+      begin_round(r_.static_size, now_, std::nullopt);
+    }
+  }
+
+  void fire(const Timer& t) {
+    switch (t.kind) {
+      case TimerKind::kResume:
+        if (t.epoch == epoch_ && phase_ == Phase::kRestarting) resume();
+        break;
+      case TimerKind::kDeadline:
+        if (t.epoch == epoch_) try_close();
+        break;
+      case TimerKind::kRecheck:
+        rechecks_.erase(t.at);
+        if (phase_ != Phase::kWaiting) observe();
+        break;
+    }
+  }
+
+  void apply(const TimelineEvent& e) {
+    if (e.kind == EventKind::kPreempt) return preempt(e.count);
+    const int before = capacity_;
+    const int held = members();
+    capacity_ = capacity_after(e, capacity_, trace_.nodes_max);
+    switch (e.kind) {
+      case EventKind::kCapacity:
+        // Nodes taken back beyond the idle ones are the job's, with notice.
+        react(0, std::max(0, held - capacity_));
+        break;
+      case EventKind::kReplace:
+        react(0, 0);
+        break;
+      case EventKind::kFail:
+      case EventKind::kSpotNotice: {
+        const int hit = e.pick ? (*e.pick * before < held ? 1 : 0) : std::min(e.count, held);
+        if (e.kind == EventKind::kFail) {
+          r_.members_lost += hit;
+          react(hit, 0);
+        } else {
+          react(0, hit);
+        }
+        break;
+      }
+      case EventKind::kScale:
+        if (phase_ == Phase::kWaiting) {
+          pending_scale_ = e.count;
+        } else {
+          observe(0, 0, 0, e.count);
+        }
+        break;
+      case EventKind::kPreempt:
+        break;
+    }
+  }
+
+  void react(int lost, int leaving) {
+    if (phase_ == Phase::kWaiting) {
+      try_close();
+    } else {
+      observe(lost, leaving);
+    }
+  }
+
+  // An operator releases `k` nodes for a higher-priority job: the job's
+  // controller hears the request first; then that job takes k nodes, idle
+  // ones first (those the decision freed included), and running members
+  // only when too few are idle: those leave by force.
+  // A job waiting for nodes holds none: the other job takes idle ones and
+  // the request is not counted.
+  void preempt(int k) {
+    const bool holding = phase_ != Phase::kWaiting;
+    if (holding) {
+      ++r_.preempt_requests;
+      observe(0, 0, k);
+    }
+    const int idle = capacity_ - members();
+    const int forced = std::max(0, std::min(k, capacity_) - idle);
+    capacity_ = std::max(0, capacity_ - k);
+    if (holding && forced == 0) ++r_.preempt_answered_in_one_decision;
+    react(0, forced);
+  }
+
+  Decision observe(int lost = 0, int leaving = 0, int release = 0,
+                   std::optional<int> scale = std::nullopt) {
+    assert(phase_ != Phase::kWaiting);
+    if (++decisions_now_ > kMaxDecisionsAtOneTime) {
+      throw Error("simulation of " + r_.policy + " makes no progress at " + short_duration(now_) +
+                  ": every decision ends the round again");
+    }
+    Observation o;
+    o.now = now_;
+    o.current = size_;
+    o.lost = lost;
+    o.leaving = leaving;
+    o.waiting = capacity_ - (size_ - lost - leaving);
+    o.release_request = release;
+    o.scale_request = scale ? scale : std::exchange(pending_scale_, std::nullopt);
+    assert(o.waiting >= 0);
+    ++r_.decisions;
+    Decision d = ctl_->decide(o);
+    if (d.recheck_at && *d.recheck_at > now_ && rechecks_.insert(*d.recheck_at).second) {
+      schedule(*d.recheck_at, TimerKind::kRecheck);
+    }
+    if (d.action != Action::kNone) end_round(d, lost > 0);
+    return d;
+  }
+
+  void end_round(const Decision& d, bool failure) {
+    // A failure loses the work since the last checkpoint; so does a stop by
+    // a controller whose workers do not save on the way out.
+    const bool saved = !failure && ctl_->saves_on_stop();
+    Millis save_done = now_;
+    if (phase_ == Phase::kRunning) {
+      account_running(saved);
+      if (saved) save_done += trace_.checkpoint_save;
+    } else {
+      // Workers still starting have nothing new to save or lose.
+      account_down();
+    }
+    ++r_.restarts;
+    std::optional<Millis> deadline;
+    if (d.wait_for_replacements < trace_.duration - now_) deadline = now_ + d.wait_for_replacements;
+    begin_round(d.target, save_done, deadline);
+  }
+
+  void begin_round(int target, Millis save_done, std::optional<Millis> deadline) {
+    phase_ = Phase::kWaiting;
+    phase_since_ = now_;
+    size_ = target;
+    save_done_ = save_done;
+    deadline_ = deadline;
+    ++epoch_;
+    if (deadline_ && *deadline_ > now_) schedule(*deadline_, TimerKind::kDeadline);
+    try_close();
+  }
+
+  // The waiting round closes at its target once the nodes are there, or
+  // after its deadline at the largest size the nodes there allow.
+  void try_close() {
+    if (phase_ != Phase::kWaiting) return;
+    std::optional<int> n;
+    if (capacity_ >= size_) {
+      n = size_;
+    } else if (deadline_ && now_ >= *deadline_) {
+      n = ctl_->largest_size_at_most(capacity_);
+    }
+    if (!n) return;
+    account_down();
+    phase_ = Phase::kRestarting;
+    size_ = *n;
+    ++epoch_;
+    // Rendezvous and process start follow the save; the load follows them.
+    schedule(std::max(now_, save_done_) + trace_.restart + trace_.checkpoint_load,
+             TimerKind::kResume);
+  }
+
+  void resume() {
+    account_down();
+    phase_ = Phase::kRunning;
+    if (last_running_size_ && size_ != *last_running_size_) {
+      const int direction = size_ > *last_running_size_ ? 1 : -1;
+      ++r_.scale_events;
+      ++(direction > 0 ? r_.scale_ups : r_.scale_downs);
+      if (last_scale_ && last_scale_->second == -direction &&
+          now_ - last_scale_->first < trace_.policy.min_stable_period) {
+        ++r_.thrash_events;
+      }
+      last_scale_ = {now_, direction};
+    }
+    last_running_size_ = size_;
+    // The new round's first observation.
+    observe();
+  }
+
+  // Ends a stretch of training at size_ from phase_since_ to now. With
+  // periodic checkpoints the stretch is cycles of checkpoint_every training
+  // then checkpoint_save saving, starting from the checkpoint just loaded;
+  // `saved`: everything trained counts, else only what the last completed
+  // checkpoint holds.
+  void account_running(bool saved) {
+    const Millis length = now_ - phase_since_;
+    Millis trained = length;
+    Millis checkpointing{0};
+    Millis durable{0};
+    if (trace_.checkpoint_every) {
+      const Millis every = *trace_.checkpoint_every;
+      const Millis cycle = every + trace_.checkpoint_save;
+      const int64_t cycles = length / cycle;
+      const Millis rest = length - cycles * cycle;
+      trained = cycles * every + std::min(rest, every);
+      checkpointing = cycles * trace_.checkpoint_save + std::max(Millis(0), rest - every);
+      durable = cycles * every;
+    }
+    const Millis kept = saved ? trained : durable;
+    r_.useful += kept;
+    r_.lost_work += trained - kept;
+    r_.checkpointing += checkpointing;
+    r_.tokens += seconds(kept) * trace_.throughput.at(size_);
+    r_.absorbed_node_hours += hours(length) * std::max(0, size_ - r_.static_size);
+    r_.time_at_size[size_] += length;
+    phase_since_ = now_;
+  }
+
+  void account_down() {
+    r_.time_at_size[0] += now_ - phase_since_;
+    phase_since_ = now_;
+  }
+
+  const Trace& trace_;
+  std::unique_ptr<Controller> ctl_;
+  RunResult r_;
+
+  Millis now_{0};
+  int capacity_ = 0;
+  Phase phase_ = Phase::kRunning;
+  int size_ = 0;
+  Millis phase_since_{0};
+  Millis save_done_{0};
+  std::optional<Millis> deadline_;
+  uint64_t epoch_ = 0;
+  std::optional<int> pending_scale_;  // a scale request that came while no round ran
+  std::optional<int> last_running_size_;
+  std::optional<std::pair<Millis, int>> last_scale_;  // time, direction
+  int decisions_now_ = 0;
+
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
+  std::set<Millis> rechecks_;
+  uint64_t next_seq_ = 0;
+};
+
+}  // namespace
+
+double RunResult::goodput() const {
+  return duration.count() > 0 ? static_cast<double>(useful.count()) / duration.count() : 0;
+}
+
+double RunResult::token_efficiency() const {
+  return ideal_tokens > 0 ? tokens / ideal_tokens : 1;
+}
+
+std::optional<double> RunResult::absorbed_idle_fraction() const {
+  if (idle_node_hours <= 0) return std::nullopt;
+  return absorbed_node_hours / idle_node_hours;
+}
+
+RunResult simulate(const Trace& trace, const std::vector<TimelineEvent>& timeline,
+                   std::string_view policy) {
+  return Run(trace, policy).run(timeline);
+}
+
+std::vector<RunResult> compare(const Trace& trace, uint64_t seed,
+                               const std::vector<std::string>& policies) {
+  const std::vector<TimelineEvent> timeline = expand(trace, seed);
+  std::vector<RunResult> runs;
+  for (const std::string& p : policies) runs.push_back(simulate(trace, timeline, p));
+  return runs;
+}
+
+}  // namespace elasticrun::sim
