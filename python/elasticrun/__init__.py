@@ -62,6 +62,8 @@ __all__ = [
     "elastic_event_detected",
     "signal_received",
     "info",
+    "heartbeat",
+    "report",
     "stopped",
     "saved",
     "ControlBlock",
@@ -209,7 +211,11 @@ def info() -> dict:
     control file)."""
     session = _get()
     block = session.open_block()
+    env = os.environ
     out = {
+        "rank": int(env["RANK"]) if "RANK" in env else None,
+        "world_size": int(env["WORLD_SIZE"]) if "WORLD_SIZE" in env else None,
+        "restart_count": int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
         "control_file": session.control_file,
         "local_rank": session.local_rank,
         "attached": session.attached,
@@ -235,6 +241,17 @@ def info() -> dict:
             reason=event.reason,
         )
     return out
+
+
+def heartbeat(step_number: int) -> None:
+    """The health monitors' name for step(): this rank is alive at step_number."""
+    step(step_number)
+
+
+def report(loss: Optional[float] = None, tokens_per_s: Optional[float] = None) -> None:
+    """Publishes metrics for the current step (the last one given to step())."""
+    session = _get()
+    step(session.last_step if session.last_step is not None else -1, loss, tokens_per_s)
 
 
 def stopped() -> None:
