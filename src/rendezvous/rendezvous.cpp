@@ -204,7 +204,7 @@ Assignment Rendezvous::join_round(uint64_t round, bool released, bool& spare) {
   client_.set(keys::heartbeat(config_.node_id), std::to_string(now_unix_ms()));
   const int64_t index = client_.add(rkey(round, "count"), 1);
   client_.set(rkey(round, "rec/" + std::to_string(index)), me.serialize());
-  if (me.prev_round == static_cast<int64_t>(round) - 1 && !released) {
+  if (me.prev_round > 0 && me.prev_round == static_cast<int64_t>(round) - 1 && !released) {
     // Survivors also take a survivor index, so that the closer can wait for
     // all of them by waiting on one key.
     const int64_t s = client_.add(rkey(round, "sv_count"), 1);
