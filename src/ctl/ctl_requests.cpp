@@ -8,6 +8,8 @@
 #include "ctl/job_keys.hpp"
 #include "elastic/policy.hpp"
 #include "rendezvous/rendezvous.hpp"
+#include "util/strings.hpp"
+#include "util/strings.hpp"
 
 namespace elasticrun::ctl {
 namespace {
@@ -26,17 +28,6 @@ constexpr Millis kEndRecordGrace{1000};
 
 std::string nodes(int n) {
   return std::to_string(n) + (n == 1 ? " node" : " nodes");
-}
-
-// "60 s", "0.5 s".
-std::string seconds_text(Millis d) {
-  std::string s = std::to_string(d.count() / 1000);
-  if (d.count() % 1000) {
-    std::string frac = std::to_string(1000 + d.count() % 1000).substr(1);
-    while (frac.back() == '0') frac.pop_back();
-    s += "." + frac;
-  }
-  return s + " s";
 }
 
 std::optional<int64_t> to_int(const std::string& text) {
@@ -107,7 +98,7 @@ void wait_handled(StoreClient& job, const Ticket& t, Millis timeout) {
     const auto left = std::chrono::duration_cast<Millis>(until - Clock::now());
     if (left <= Millis(0)) {
       throw TimeoutError("the leader did not handle request #" + std::to_string(t.seq) +
-                         " within " + seconds_text(timeout) +
+                         " within " + util::seconds_text(timeout) +
                          " (no round running?); it stays queued for the next leader, so do "
                          "not submit it again");
     }

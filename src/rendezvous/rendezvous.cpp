@@ -9,15 +9,16 @@
 #include "rendezvous/text.hpp"
 #include "util/deadline.hpp"
 #include "util/logging.hpp"
+#include "util/strings.hpp"
 
 namespace elasticrun::rendezvous {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using detail::rkey;
-using detail::seconds_text;
 using detail::split;
 using detail::to_int;
+using util::seconds_text;
 
 }  // namespace
 

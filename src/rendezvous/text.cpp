@@ -16,16 +16,6 @@ int64_t to_int(const std::string& text, const std::string& what) {
   return v;
 }
 
-std::string seconds_text(Millis d) {
-  std::string s = std::to_string(d.count() / 1000);
-  if (d.count() % 1000) {
-    std::string frac = std::to_string(1000 + d.count() % 1000).substr(1);
-    while (frac.back() == '0') frac.pop_back();
-    s += "." + frac;
-  }
-  return s + " s";
-}
-
 std::vector<std::string> split(const std::string& text, char sep) {
   std::vector<std::string> out;
   std::string cur;

@@ -17,9 +17,6 @@ inline std::string rkey(uint64_t round, const std::string& name) {
 // A decimal the protocol wrote; StoreError naming `what` otherwise.
 int64_t to_int(const std::string& text, const std::string& what);
 
-// "600 s", "0.3 s".
-std::string seconds_text(Millis d);
-
 std::vector<std::string> split(const std::string& text, char sep);
 
 }  // namespace elasticrun::rendezvous::detail

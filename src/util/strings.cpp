@@ -23,4 +23,14 @@ std::string quote(std::string_view s, size_t max) {
   return out;
 }
 
+std::string seconds_text(std::chrono::milliseconds d) {
+  std::string s = std::to_string(d.count() / 1000);
+  if (d.count() % 1000) {
+    std::string frac = std::to_string(1000 + d.count() % 1000).substr(1);
+    while (frac.back() == '0') frac.pop_back();
+    s += "." + frac;
+  }
+  return s + " s";
+}
+
 }  // namespace elasticrun::util
