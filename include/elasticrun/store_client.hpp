@@ -58,6 +58,11 @@ class StoreClient {
   void set(std::string_view key, std::string_view value, Duration timeout = kDefault);
   // Waits until the key exists (up to the timeout), then returns its value.
   std::string get(std::string_view key, Duration timeout = kDefault);
+  // GET without the WAIT that get() sends first: one request instead of two,
+  // for a key the caller knows is set (it saw a key written after it). A key
+  // that is not set reads as "" from elasticrun's server; never use it to
+  // test for a key (check() does).
+  std::string get_present(std::string_view key, Duration timeout = kDefault);
   // Adds delta to the integer stored as decimal text (0 when absent); returns the sum.
   int64_t add(std::string_view key, int64_t delta, Duration timeout = kDefault);
   // Sets desired if the current value equals expected (or the key is absent
@@ -78,6 +83,9 @@ class StoreClient {
   // Waits for every key, then returns their values in order.
   std::vector<std::string> multi_get(const std::vector<std::string>& keys,
                                      Duration timeout = kDefault);
+  // multi_get() without its WAIT, as get_present() is get() without it.
+  std::vector<std::string> multi_get_present(const std::vector<std::string>& keys,
+                                             Duration timeout = kDefault);
   void multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values,
                  Duration timeout = kDefault);
   void queue_push(std::string_view key, std::string_view value, Duration timeout = kDefault);

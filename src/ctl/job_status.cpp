@@ -61,22 +61,23 @@ AgentInfo parse_record(const std::string& text) {
   return a;
 }
 
-// The records of arrival indices 1..count of a round.
+// The keys name(1)..name(count) of a round, those present.
+template <typename Name>
 std::vector<std::optional<std::string>> read_records(StoreClient& c, uint64_t round, int64_t count,
-                                                     const char* what) {
+                                                     Name name) {
   std::vector<std::string> keys;
-  for (int64_t i = 1; i <= count; ++i) keys.push_back(round_key(round, what + std::to_string(i)));
+  for (int64_t i = 1; i <= count; ++i) keys.push_back(round_key(round, name(i)));
   return read_present(c, keys);
 }
 
 void read_members(StoreClient& c, JobStatus& s) {
   const uint64_t round = *s.round;
-  const auto candidates = to_int(s.closed);
-  if (!candidates) return;  // "fail ...": nobody was admitted
-  // The closer writes `members` and then every assignment; a status taken
-  // in between shows the members without their ranks.
-  const auto recs = read_records(c, round, *candidates, "rec/");
-  const auto assigns = read_records(c, round, *candidates, "assign/");
+  const auto closed = rendezvous::Closed::parse(s.closed);
+  if (!closed) return;  // "fail ...": nobody was admitted
+  const auto recs = read_records(c, round, closed->candidates, rendezvous::keys::join_record);
+  const auto assigns = read_records(c, round, closed->candidates, [&](int64_t i) {
+    return rendezvous::keys::assignment(closed->closer, i);
+  });
   for (size_t i = 0; i < assigns.size(); ++i) {
     if (!assigns[i] || !recs[i]) continue;
     std::istringstream in(*assigns[i]);
@@ -157,7 +158,7 @@ std::string ago(std::chrono::milliseconds since_epoch, std::chrono::system_clock
 std::string JobStatus::state() const {
   if (finished) return finished->rfind("fail", 0) == 0 ? "failed" : "finished";
   if (!round) return "forming";
-  if (!to_int(closed)) return "not formed";
+  if (!rendezvous::Closed::parse(closed)) return "not formed";
   if (end) return "ending";
   return "running";
 }
@@ -173,7 +174,7 @@ JobStatus read_status(StoreClient& c, const JobAddress& job) {
   }
   s.open_round = static_cast<uint64_t>(*open_round);
   s.joined = to_int(read_one(c, round_key(s.open_round, "count")).value_or("0")).value_or(0);
-  for (auto& rec : read_records(c, s.open_round, s.joined, "rec/")) {
+  for (auto& rec : read_records(c, s.open_round, s.joined, rendezvous::keys::join_record)) {
     if (rec) s.waiting.push_back(parse_record(*rec));
   }
   if (s.open_round > 1) {
@@ -208,7 +209,7 @@ std::string format_table(const JobStatus& s, std::chrono::system_clock::time_poi
   std::vector<std::vector<std::string>> rows;
   if (s.round) {
     std::string r = std::to_string(*s.round) + ": ";
-    if (!to_int(s.closed)) {
+    if (!rendezvous::Closed::parse(s.closed)) {
       // "fail <why>" or "failjob <why>": the reason follows the first word.
       const size_t sp = s.closed.find(' ');
       r += "closed without members: " +

@@ -80,9 +80,12 @@ Assignment Rendezvous::join(bool released) {
   // agent of a job opens round 1.
   uint64_t round =
       static_cast<uint64_t>(to_int(client_.compare_set(keys::kRound, "", "1"), "round"));
-  for (;;) {
+  for (bool first = true;; first = false) {
     check_cancelled();
-    if (auto done = job_finished()) {
+    // An agent that has never been admitted skips this read on its first
+    // try: when it joins a finished job, its wait for the round notices
+    // within a heartbeat interval. One request less per agent at start.
+    if (auto done = first && !last_ ? std::nullopt : job_finished()) {
       throw RendezvousClosed(
           done->first,
           "the job has " + std::string(done->first ? "failed" : "finished") + ": " + done->second);
@@ -111,11 +114,12 @@ Assignment Rendezvous::join_round(uint64_t round, bool released, bool& spare) {
     me.prev_rank = last_->group_rank;
   }
   me.released = released;
+  const int64_t index = client_.add(rkey(round, "count"), 1);
   // Joining is a sign of life: the closer reads every candidate's heartbeat,
   // which must exist even before this agent's heartbeat thread first beats.
-  client_.set(keys::heartbeat(config_.node_id), std::to_string(now_unix_ms()));
-  const int64_t index = client_.add(rkey(round, "count"), 1);
-  client_.set(rkey(round, "rec/" + std::to_string(index)), me.serialize());
+  // One request sets both, so whoever sees the record sees the heartbeat.
+  client_.multi_set({rkey(round, keys::join_record(index)), keys::heartbeat(config_.node_id)},
+                    {me.serialize(), std::to_string(now_unix_ms())});
   if (me.prev_round > 0 && me.prev_round == static_cast<int64_t>(round) - 1 && !released) {
     // Survivors also take a survivor index, so that the closer can wait for
     // all of them by waiting on one key.
@@ -126,20 +130,30 @@ Assignment Rendezvous::join_round(uint64_t round, bool released, bool& spare) {
     util::logger("rendezvous")
         ->info("round {} opens when the running round ends: this node waits as a spare", round);
   }
-  if (index == 1) close_round(round);
+  if (index == 1) close_round(round, index);
   wait_for_close(round, index);
 
-  const std::string closed = client_.get(rkey(round, "closed"));
-  if (closed.rfind("failjob ", 0) == 0)
-    throw RendezvousClosed(true, "the job failed: " + closed.substr(8));
-  if (closed.rfind("fail", 0) == 0) {
-    throw TimeoutError("rendezvous round " + std::to_string(round) + " of run '" + config_.run_id +
-                       "' failed: " + closed.substr(std::min<size_t>(5, closed.size())));
+  // `closed` is set by now, and the closer wrote the assignments before it.
+  // The closer is the first arrival unless it died: read our assignment
+  // from it in the same request, and again if another agent closed.
+  const auto got =
+      client_.multi_get_present({rkey(round, "closed"), rkey(round, keys::assignment(1, index))});
+  const std::string& closed_value = got[0];
+  if (closed_value.rfind("failjob ", 0) == 0)
+    throw RendezvousClosed(true, "the job failed: " + closed_value.substr(8));
+  if (closed_value.rfind("fail", 0) == 0) {
+    throw TimeoutError(
+        "rendezvous round " + std::to_string(round) + " of run '" + config_.run_id +
+        "' failed: " + closed_value.substr(std::min<size_t>(5, closed_value.size())));
   }
-  const int64_t candidates = to_int(closed, "closed count");
+  const auto closed = Closed::parse(closed_value);
+  if (!closed) throw StoreError("rendezvous: malformed closed record '" + closed_value + "'");
   spare = true;
-  if (index > candidates) return {};
-  const std::string v = client_.get(rkey(round, "assign/" + std::to_string(index)));
+  if (index > closed->candidates) return {};
+  const std::string v =
+      closed->closer == 1
+          ? got[1]
+          : client_.get_present(rkey(round, keys::assignment(closed->closer, index)));
   if (v == "spare") return {};
   std::istringstream in(v);
   std::string tag;
@@ -186,21 +200,22 @@ void Rendezvous::wait_for_close(uint64_t round, int64_t my_index) {
     if (wait_while_running(closed_key, config_.heartbeat_interval, "waited to join")) return;
     if (my_index == 1) continue;  // we are the closer (a spare waiting for the round to open)
     if (closer_hb.empty()) {
-      closer_hb = keys::heartbeat(Record::parse(client_.get(rkey(round, "rec/1")), 1).node_id);
+      closer_hb =
+          keys::heartbeat(Record::parse(client_.get(rkey(round, keys::join_record(1))), 1).node_id);
     }
     if (heartbeat_stale(client_.get(closer_hb), now_unix_ms(), stale_after)) {
       util::logger("rendezvous")
           ->warn("round {}: the closing agent's heartbeat stopped; closing the round here", round);
-      close_round(round);
+      close_round(round, my_index);
     }
   }
 }
 
-void Rendezvous::close_round(uint64_t round) {
+void Rendezvous::close_round(uint64_t round, int64_t my_index) {
   auto log = util::logger("rendezvous");
   const auto& sizes = config_.sizes;
   const std::string count_key = rkey(round, "count");
-  auto rec_key = [&](int64_t i) { return rkey(round, "rec/" + std::to_string(i)); };
+  auto rec_key = [&](int64_t i) { return rkey(round, keys::join_record(i)); };
   // Waits until `n` agents have joined or `budget` passes; true when they did.
   auto wait_for = [&](int64_t n, Millis budget) {
     return wait_while_running(rec_key(n), budget, "waited to join");
@@ -260,7 +275,7 @@ void Rendezvous::close_round(uint64_t round) {
   }
   const auto admit =
       elastic::largest_allowed_at_most(sizes, static_cast<int>(std::min<int64_t>(live, target)));
-  std::string closed_value = std::to_string(count);
+  std::string closed_value = Closed{count, my_index}.serialize();
   if (const auto spent = account_failure(round, lost)) {
     closed_value = "failjob " + *spent;
   } else if (!admit || live < sizes.min_replicas) {
@@ -268,17 +283,21 @@ void Rendezvous::close_round(uint64_t round) {
                    seconds_text(config_.join_timeout) + "; at least " +
                    std::to_string(sizes.min_replicas) + " needed";
   }
-  const std::string now = client_.compare_set(rkey(round, "closed"), "", closed_value);
-  if (now != closed_value) return;  // another agent closed it first
-  // Late arrivals from here on belong to the next round.
-  client_.compare_set(keys::kRound, std::to_string(round), std::to_string(round + 1));
+  // Closes the round; false when another agent closed it first.
+  auto close = [&] {
+    if (client_.compare_set(rkey(round, "closed"), "", closed_value) != closed_value) return false;
+    // Late arrivals from here on belong to the next round.
+    client_.compare_set(keys::kRound, std::to_string(round), std::to_string(round + 1));
+    return true;
+  };
   if (closed_value.rfind("failjob ", 0) == 0) {
+    if (!close()) return;
     mark_job_finished(true, closed_value.substr(8));
     log->error("round {}: {}", round, closed_value.substr(8));
     return;
   }
   if (closed_value.rfind("fail", 0) == 0) {
-    log->error("round {}: {}", round, closed_value.substr(5));
+    if (close()) log->error("round {}: {}", round, closed_value.substr(5));
     return;
   }
 
@@ -303,7 +322,7 @@ void Rendezvous::close_round(uint64_t round) {
   int offset = 0;
   const std::string& leader = recs[0].node_id;
   for (size_t i = 0; i < recs.size(); ++i) {
-    assign_keys.push_back(rkey(round, "assign/" + std::to_string(recs[i].index)));
+    assign_keys.push_back(rkey(round, keys::assignment(my_index, recs[i].index)));
     if (static_cast<int>(i) < members) {
       assign_values.push_back("ok " + std::to_string(i) + " " + std::to_string(members) + " " +
                               std::to_string(offset) + " " + std::to_string(world) + " " + leader);
@@ -313,8 +332,11 @@ void Rendezvous::close_round(uint64_t round) {
       assign_values.push_back("spare");
     }
   }
-  client_.set(rkey(round, "members"), member_list);
+  // Assignments first: whoever sees `closed` finds its own. Only the winner
+  // of the close writes `members`.
   client_.multi_set(assign_keys, assign_values);
+  if (!close()) return;
+  client_.set(rkey(round, "members"), member_list);
   log->info("round {} closed: {} member(s), {} spare(s), world size {}", round, members,
             count - members, world);
 }
@@ -377,7 +399,7 @@ int Rendezvous::wait_for_survivors(uint64_t round, int target, int survivors, Mi
     }
     // Sleep on the key that would end the wait: the last survivor's, else the target's.
     const std::string key = back < expected ? rkey(round, "sv/" + std::to_string(expected))
-                                            : rkey(round, "rec/" + std::to_string(target));
+                                            : rkey(round, keys::join_record(target));
     try {
       client_.wait({key}, config_.heartbeat_interval);
     } catch (const TimeoutError&) {
@@ -418,7 +440,7 @@ int Rendezvous::live_waiting_after(uint64_t round) {
   const int64_t n = client_.add(rkey(round + 1, "count"), 0);
   if (n == 0) return 0;
   std::vector<std::string> recs;
-  for (int64_t i = 1; i <= n; ++i) recs.push_back(rkey(round + 1, "rec/" + std::to_string(i)));
+  for (int64_t i = 1; i <= n; ++i) recs.push_back(rkey(round + 1, keys::join_record(i)));
   std::vector<std::string> beats;
   try {
     for (const auto& v : client_.multi_get(recs, config_.heartbeat_interval)) {

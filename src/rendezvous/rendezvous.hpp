@@ -5,12 +5,13 @@
 // keeps the number of the round open for joining. An agent joins round r by
 // taking an arrival index with one ADD and writing its record under that
 // index. The agent that arrived first closes the round: it waits for the
-// target number of agents (or a window), fixes the number of candidates with
-// one COMPARE_SET, reads their records with one MULTI_GET, orders them
+// target number of agents (or a window), reads the number of candidates,
+// reads their records with one MULTI_GET, orders them
 // (survivors of the round before in their old order, then newcomers by
-// arrival, released nodes last), admits the largest allowed size, and writes
-// every candidate's assignment with one MULTI_SET. Every other agent waits on
-// the round's `closed` key and reads its own assignment. A round ends when
+// arrival, released nodes last), admits the largest allowed size, writes
+// every candidate's assignment with one MULTI_SET and then the round's
+// `closed` key. Every other agent waits on `closed` and reads its own
+// assignment, which is then known to be there. A round ends when
 // one agent wins the COMPARE_SET of its `end` key; the record says why and
 // what the next round should aim for. Each agent costs O(1) store
 // operations per round; the closer's two bulk operations carry O(agents)
@@ -165,7 +166,7 @@ class Rendezvous {
  private:
   struct Record;
   Assignment join_round(uint64_t round, bool released, bool& spare);
-  void close_round(uint64_t round);
+  void close_round(uint64_t round, int64_t my_index);
   int wait_for_survivors(uint64_t round, int target, int survivors, Millis wait);
   std::optional<std::string> account_failure(uint64_t round, int lost);
   void wait_for_close(uint64_t round, int64_t my_index);
@@ -205,6 +206,24 @@ inline constexpr const char* kJobFinished = "job/finished";  // "ok <why>" / "fa
 std::string heartbeat(const std::string& node_id);
 // "r/<n>/<name>": a key of round n.
 std::string round_key(uint64_t round, const std::string& name);
+// "rec/<index>" (a name for round_key): the join record of arrival index.
+std::string join_record(int64_t index);
+// "assign/<closer>/<index>" (a name for round_key): the assignment of arrival
+// index `index`, written by the agent of arrival index `closer` before it
+// closed the round. Keyed by closer so that a closer that lost the race to
+// close writes only keys nobody reads.
+std::string assignment(int64_t closer, int64_t index);
 }  // namespace keys
+
+// The value of a round's `closed` key when the round admitted candidates:
+// "<candidates> <closer>" (arrival indices 1..candidates were considered;
+// the agent of arrival index closer closed it). nullopt for "fail ..." and
+// "failjob ..." or anything malformed.
+struct Closed {
+  int64_t candidates = 0;
+  int64_t closer = 0;
+  std::string serialize() const;
+  static std::optional<Closed> parse(const std::string& value);
+};
 
 }  // namespace elasticrun::rendezvous

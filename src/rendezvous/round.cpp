@@ -74,7 +74,31 @@ std::string heartbeat(const std::string& node_id) {
 std::string round_key(uint64_t round, const std::string& name) {
   return "r/" + std::to_string(round) + "/" + name;
 }
+std::string join_record(int64_t index) {
+  return "rec/" + std::to_string(index);
+}
+std::string assignment(int64_t closer, int64_t index) {
+  return "assign/" + std::to_string(closer) + "/" + std::to_string(index);
+}
 }  // namespace keys
+
+std::string Closed::serialize() const {
+  return std::to_string(candidates) + " " + std::to_string(closer);
+}
+
+std::optional<Closed> Closed::parse(const std::string& value) {
+  const auto f = split(value, ' ');
+  if (f.size() != 2) return std::nullopt;
+  Closed c;
+  try {
+    c.candidates = to_int(f[0], "closed count");
+    c.closer = to_int(f[1], "closed by");
+  } catch (const StoreError&) {
+    return std::nullopt;
+  }
+  if (c.candidates < 0 || c.closer < 1) return std::nullopt;
+  return c;
+}
 
 void Rendezvous::publish_master(uint64_t round, const std::string& host, int port) {
   client_.set(rkey(round, "master"), host + " " + std::to_string(port));

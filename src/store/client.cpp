@@ -121,6 +121,27 @@ struct StoreClient::Impl {
     send(frame, dl, what);
     await_stop(dl, what);
   }
+
+  // GET and MULTI_GET alone; get() and multi_get() wait for the keys first.
+  std::string get(std::string_view key, Deadline dl, const std::string& what) {
+    std::string frame;
+    RequestWriter(frame).type(QueryType::kGet).bytes(wire_key(key));
+    send(frame, dl, what);
+    return read_bytes(dl, what);
+  }
+
+  std::vector<std::string> multi_get(const std::vector<std::string>& keys, Deadline dl,
+                                     const std::string& what) {
+    std::string frame;
+    RequestWriter w(frame);
+    w.type(QueryType::kMultiGet).u64(keys.size());
+    for (const auto& k : keys) w.bytes(wire_key(k));
+    send(frame, dl, what);
+    std::vector<std::string> values;
+    values.reserve(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) values.push_back(read_bytes(dl, what));
+    return values;
+  }
 };
 
 namespace {
@@ -186,10 +207,11 @@ std::string StoreClient::get(std::string_view key, Duration timeout) {
   const std::string what = "get " + util::quote(key);
   Deadline dl = impl_->deadline(timeout);
   impl_->wait_keys({std::string(key)}, dl, what);
-  std::string frame;
-  RequestWriter(frame).type(QueryType::kGet).bytes(impl_->wire_key(key));
-  impl_->send(frame, dl, what);
-  return impl_->read_bytes(dl, what);
+  return impl_->get(key, dl, what);
+}
+
+std::string StoreClient::get_present(std::string_view key, Duration timeout) {
+  return impl_->get(key, impl_->deadline(timeout), "get " + util::quote(key));
 }
 
 int64_t StoreClient::add(std::string_view key, int64_t delta, Duration timeout) {
@@ -261,15 +283,12 @@ std::vector<std::string> StoreClient::multi_get(const std::vector<std::string>& 
   const std::string what = "multi_get " + describe_keys(keys);
   Deadline dl = impl_->deadline(timeout);
   impl_->wait_keys(keys, dl, what);
-  std::string frame;
-  RequestWriter w(frame);
-  w.type(QueryType::kMultiGet).u64(keys.size());
-  for (const auto& k : keys) w.bytes(impl_->wire_key(k));
-  impl_->send(frame, dl, what);
-  std::vector<std::string> values;
-  values.reserve(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) values.push_back(impl_->read_bytes(dl, what));
-  return values;
+  return impl_->multi_get(keys, dl, what);
+}
+
+std::vector<std::string> StoreClient::multi_get_present(const std::vector<std::string>& keys,
+                                                        Duration timeout) {
+  return impl_->multi_get(keys, impl_->deadline(timeout), "multi_get " + describe_keys(keys));
 }
 
 void StoreClient::multi_set(const std::vector<std::string>& keys,

@@ -313,4 +313,44 @@ TEST_CASE("a spare that died while waiting is not admitted when the next round c
   REQUIRE(second[0].round == 2);
 }
 
+TEST_CASE("an agent takes over the close of a dead closer and ignores what it wrote",
+          "[rendezvous]") {
+  ServerFixture store;
+  // The first arrival of round 1 joined, wrote assignments for a round of its
+  // own making, and died before closing: its heartbeat is old.
+  auto raw = StoreClient::connect("127.0.0.1", static_cast<uint16_t>(store.port()),
+                                  {.key_prefix = keys::prefix("test")});
+  raw.compare_set(keys::kRound, "", "1");
+  REQUIRE(raw.add(keys::round_key(1, "count"), 1) == 1);
+  raw.multi_set({keys::round_key(1, keys::join_record(1)), keys::heartbeat("dead")},
+                {"dead\n127.0.0.1\n1\n0\n-1\n0", "1"});
+  raw.set(keys::round_key(1, keys::assignment(1, 2)), "ok 5 9 40 99 dead");
+
+  auto v = agents(store, 1, 1, 1);
+  const auto a = v[0].join();
+  REQUIRE(a.group_rank == 0);
+  REQUIRE(a.group_world_size == 1);
+  REQUIRE(a.world_size == 1);
+  REQUIRE(a.leader_node_id == "node0");
+  const auto closed = Closed::parse(raw.get(keys::round_key(1, "closed")));
+  REQUIRE(closed);
+  REQUIRE(closed->candidates == 2);
+  REQUIRE(closed->closer == 2);
+}
+
+TEST_CASE("a closed record names its candidates and closer; failures and garbage are not one",
+          "[rendezvous]") {
+  const Closed c{12, 3};
+  REQUIRE(c.serialize() == "12 3");
+  const auto back = Closed::parse(c.serialize());
+  REQUIRE(back);
+  REQUIRE(back->candidates == 12);
+  REQUIRE(back->closer == 3);
+  for (const char* bad : {"", "12", "fail 1 agent(s) joined", "failjob restarts spent", "1 0",
+                          "-1 2", "3 x", "3 2 1", "12  3"}) {
+    INFO(bad);
+    REQUIRE_FALSE(Closed::parse(bad));
+  }
+}
+
 }  // namespace elasticrun::rendezvous

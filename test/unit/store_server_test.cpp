@@ -215,6 +215,20 @@ TEST_CASE("get blocks until the key is set by another client", "[server]") {
   CHECK(got == "value");
 }
 
+TEST_CASE("get_present reads a set key with one request, without waiting", "[server]") {
+  ServerFixture fx;
+  StoreClient c = fx.client();
+  c.set("k", "v");
+  REQUIRE(c.check({"k"}));  // answered: the SET before it was handled too
+  const uint64_t before = fx.stats().requests;
+  CHECK(c.get_present("k") == "v");
+  CHECK(fx.stats().requests == before + 1);
+  CHECK(c.get("k") == "v");
+  CHECK(fx.stats().requests == before + 3);  // get() sends WAIT, then GET
+  // No wait: a key that is not set reads as empty from our server at once.
+  CHECK(c.get_present("absent", std::chrono::milliseconds(500)).empty());
+}
+
 TEST_CASE("a blocking queue_pop is released by a push from another client", "[server]") {
   ServerFixture fx;
   StoreClient consumer = fx.client();
