@@ -19,6 +19,7 @@
 #include "agent/dynamic_agent.hpp"
 #include "agent/embedded_store.hpp"
 #include "agent/failure_report.hpp"
+#include "agent/static_restart.hpp"
 #include "agent/worker_env.hpp"
 #include "elasticrun/errors.hpp"
 #include "elasticrun/store_client.hpp"
@@ -124,6 +125,13 @@ int run_fixed(const AgentConfig& config, const NodeContext& node) {
   if (!config.standalone && config.node_rank == 0) {
     job_store = std::make_unique<EmbeddedStore>(config.master_addr, config.master_port);
   }
+  const int job_store_port = job_store ? job_store->port() : config.master_port;
+  // Several nodes restart together, each attempt on a store of its own
+  // (static_restart.hpp says why torchrun's way does not work).
+  std::unique_ptr<StaticRestarts> restarts;
+  if (!config.standalone && config.nnodes > 1 && config.max_restarts > 0) {
+    restarts = std::make_unique<StaticRestarts>(config, job_store_port);
+  }
   // Where "localhost" points, looked up once: a restart should not wait on
   // the resolver.
   const std::string standalone_bind = config.standalone ? resolve_numeric("localhost") : "";
@@ -147,16 +155,42 @@ int run_fixed(const AgentConfig& config, const NodeContext& node) {
       a.master_port = attempt_store->port();
     } else {
       a.master_addr = config.master_addr;
-      a.master_port = job_store ? job_store->port() : config.master_port;
+      a.master_port = job_store_port;
+      if (restarts && restart > 0) {
+        if (job_store) {
+          attempt_store = std::make_unique<EmbeddedStore>(config.master_addr, 0);
+          restarts->publish_worker_store(restart, attempt_store->port());
+          a.master_port = attempt_store->port();
+        } else {
+          a.master_port = restarts->worker_store_port(restart);
+        }
+      }
     }
 
-    AttemptResult r = run_attempt(config, node, a, restart, {});
+    AttemptHooks hooks;
+    StopChannel stop;
+    std::unique_ptr<StaticRestarts::Watch> watch;
+    if (restarts) {
+      hooks.stop = &stop;
+      watch = std::make_unique<StaticRestarts::Watch>(*restarts, restart, stop);
+      hooks.on_failure = [&](const WorkerExit& e) {
+        restarts->request_restart(restart, "node rank " + std::to_string(config.node_rank) +
+                                               ": local rank " + std::to_string(e.local_rank) +
+                                               " " + e.describe());
+      };
+    }
+    AttemptResult r = run_attempt(config, node, a, restart, hooks);
+    watch.reset();
     if (r.outcome == Outcome::kSucceeded) {
-      exit_barrier(config, a.master_port);
+      exit_barrier(config, job_store_port);
       log->info("all {} worker(s) succeeded", config.nproc_per_node);
       return 0;
     }
     if (r.outcome == Outcome::kSignaled) return 128 + r.stop_signal;
+    if (restarts && r.outcome == Outcome::kFailed && r.failures.empty()) {
+      restarts->request_restart(restart, "node rank " + std::to_string(config.node_rank) +
+                                             ": the pre-train script failed");
+    }
     if (restart < config.max_restarts) {
       log->warn("restarting workers ({} of {} restarts used)", restart + 1, config.max_restarts);
       if (attempt_store) {
@@ -164,6 +198,11 @@ int run_fixed(const AgentConfig& config, const NodeContext& node) {
         retired_store = std::move(attempt_store);
       }
       continue;
+    }
+    if (r.outcome == Outcome::kStopped) {
+      log->error("the workers were stopped ({}) and no restart is left",
+                 r.stop_reason.value_or("no reason given"));
+      return 1;
     }
     if (r.failures.empty()) return 1;  // the pre-train script failed; already logged
     FailureReport report{config.script_name, r.failures, r.error_files, config.agent_error_file};

@@ -8,7 +8,8 @@ sum when the collectives succeed; any failure raises (exit status 1).
   --crash-rank R --crash-attempt A   rank R exits 1 on attempt A, after it
                                      joined the process group (so the store
                                      holds that attempt's keys) and before
-                                     the all_reduce
+                                     the all_reduce; --crash-attempt may be
+                                     given more than once
 """
 
 import argparse
@@ -26,7 +27,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--dir", required=True)
     p.add_argument("--crash-rank", type=int)
-    p.add_argument("--crash-attempt", type=int, default=0)
+    p.add_argument("--crash-attempt", type=int, action="append")
     args = p.parse_args()
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
@@ -34,7 +35,7 @@ def main() -> int:
 
     dist.init_process_group("gloo", init_method="env://", timeout=TIMEOUT)
     assert dist.get_rank() == rank and dist.get_world_size() == world_size
-    if args.crash_rank == rank and args.crash_attempt == attempt:
+    if args.crash_rank == rank and attempt in (args.crash_attempt or [0]):
         print(f"rank {rank}: crashing on attempt {attempt} as asked", file=sys.stderr, flush=True)
         os._exit(1)
 

@@ -1,0 +1,89 @@
+#include "agent/static_restart.hpp"
+
+#include <chrono>
+
+#include "elasticrun/errors.hpp"
+#include "util/logging.hpp"
+
+namespace elasticrun::agent {
+namespace {
+
+using namespace std::chrono_literals;
+
+// How often a watch looks up from its WAIT to notice that its attempt is
+// over; a restart request wakes it at once.
+constexpr auto kPoll = 200ms;
+
+std::string attempt_key(int attempt, const char* name) {
+  return "attempt/" + std::to_string(attempt) + "/" + name;
+}
+
+}  // namespace
+
+StaticRestarts::StaticRestarts(const AgentConfig& config, int store_port)
+    : config_(config), store_port_(store_port), client_(connect()) {}
+
+StoreClient StaticRestarts::connect() const {
+  StoreClientOptions o;
+  o.key_prefix = "/elasticrun/" + config_.run_id + "/";
+  o.connect_timeout = config_.join_timeout;
+  return StoreClient::connect(config_.master_addr, static_cast<uint16_t>(store_port_), o);
+}
+
+void StaticRestarts::publish_worker_store(int attempt, int port) {
+  client_.set(attempt_key(attempt, "master"), std::to_string(port));
+}
+
+int StaticRestarts::worker_store_port(int attempt) {
+  const std::string key = attempt_key(attempt, "master");
+  std::string v;
+  try {
+    v = client_.get(key, config_.join_timeout);
+  } catch (const TimeoutError&) {
+    throw TimeoutError("node rank 0 did not start the store of restart " + std::to_string(attempt) +
+                       " within the join timeout");
+  }
+  try {
+    const int port = std::stoi(v);
+    if (port > 0 && port < 65536) return port;
+  } catch (const std::exception&) {
+  }
+  throw StoreError("malformed worker store port '" + v + "' under " + key);
+}
+
+void StaticRestarts::request_restart(int attempt, const std::string& reason) {
+  try {
+    client_.compare_set(attempt_key(attempt, "restart"), "", reason);
+  } catch (const Error& e) {
+    // The other nodes then learn it from their own workers' failures.
+    util::logger("agent")->warn("could not ask the other nodes to restart: {}", e.what());
+  }
+}
+
+StaticRestarts::Watch::Watch(const StaticRestarts& owner, int attempt, StopChannel& stop) {
+  // A connection of its own: the attempt's loop uses the owner's meanwhile.
+  auto client = std::make_shared<StoreClient>(owner.connect());
+  thread_ = std::thread([this, client, attempt, &stop] {
+    const std::string key = attempt_key(attempt, "restart");
+    while (!done_.load()) {
+      try {
+        client->wait({key}, kPoll);
+        stop.post("restart requested: " + client->get_present(key));
+        return;
+      } catch (const TimeoutError&) {
+      } catch (const Error& e) {
+        if (!done_.load()) {
+          util::logger("agent")->warn("lost the job store while workers run: {}", e.what());
+        }
+        return;
+      }
+    }
+  });
+}
+
+StaticRestarts::Watch::~Watch() {
+  done_.store(true);
+  thread_.join();
+}
+
+}  // namespace elasticrun::agent
