@@ -202,6 +202,8 @@ agent::AgentConfig agent_config(const cli::LaunchConfig& c,
   }
   a.local_ranks_filter = c.local_ranks_filter;
   if (c.log_line_prefix_template) a.log_line_prefix_template = *c.log_line_prefix_template;
+  a.duplicate_stdout_filters = c.duplicate_stdout_filters;
+  a.duplicate_stderr_filters = c.duplicate_stderr_filters;
   a.notes = c.notes;
   if (c.pre_train_script) {
     a.pre_train_command = {*c.pre_train_script};

@@ -67,6 +67,10 @@ struct AgentConfig {
   std::optional<std::set<int>> local_ranks_filter;
   // Prefix of tee'd console lines; ${role_name} ${rank} ${local_rank} ${hostname}.
   std::string log_line_prefix_template = "[${role_name}${local_rank}]:";
+  // torchrun's --duplicate-stdout/stderr-filters: tee'd lines containing any
+  // of these also go to attempt_<n>/filtered_stdout.log (filtered_stderr.log).
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
   bool virtual_local_rank = false;
   // Where to write the agent's own error file (its TORCHELASTIC_ERROR_FILE).
   std::string agent_error_file;

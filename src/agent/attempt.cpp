@@ -82,11 +82,18 @@ class Attempt {
     for (int fd : parent_fds_) ::close(fd);
   }
 
-  Outcome run(std::vector<supervisor::SpawnSpec> specs, const std::vector<RankPlan>& logs) {
+  Outcome run(std::vector<supervisor::SpawnSpec> specs, const std::vector<RankPlan>& logs,
+              const fs::path& attempt_dir) {
+    const supervisor::LogPump::LineCopy* out_copy = line_copy(
+        stdout_copy_, config_.duplicate_stdout_filters, attempt_dir / "filtered_stdout.log");
+    const supervisor::LogPump::LineCopy* err_copy = line_copy(
+        stderr_copy_, config_.duplicate_stderr_filters, attempt_dir / "filtered_stderr.log");
     std::vector<int> child_fds;
     for (size_t r = 0; r < specs.size() && r < logs.size(); ++r) {
-      specs[r].stdout_fd = stream_fd(logs[r].out, STDOUT_FILENO, logs[r].prefix, child_fds);
-      specs[r].stderr_fd = stream_fd(logs[r].err, STDERR_FILENO, logs[r].prefix, child_fds);
+      specs[r].stdout_fd =
+          stream_fd(logs[r].out, STDOUT_FILENO, logs[r].prefix, out_copy, child_fds);
+      specs[r].stderr_fd =
+          stream_fd(logs[r].err, STDERR_FILENO, logs[r].prefix, err_copy, child_fds);
     }
     uv_signal_start(
         &sigchld_, [](uv_signal_t* h, int) { static_cast<Attempt*>(h->data)->on_child(); },
@@ -123,10 +130,25 @@ class Attempt {
   const std::optional<std::string>& stop_reason() const { return stop_reason_; }
 
  private:
+  // torchrun's filtered_std{out,err}.log of the attempt, created (empty) as
+  // torchrun does whenever filters are given; null without filters.
+  const supervisor::LogPump::LineCopy* line_copy(supervisor::LogPump::LineCopy& copy,
+                                                 const std::vector<std::string>& needles,
+                                                 const fs::path& path) {
+    if (needles.empty()) return nullptr;
+    copy.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (copy.fd < 0) {
+      throw Error("cannot create log file " + path.string() + ": " + std::strerror(errno));
+    }
+    parent_fds_.push_back(copy.fd);
+    copy.needles = needles;
+    return &copy;
+  }
+
   // The descriptor a worker gets for one stream, per the plan; -1 inherits
   // the agent's. Descriptors only the child needs go to child_fds.
   int stream_fd(const StreamPlan& p, int console, const std::string& prefix,
-                std::vector<int>& child_fds) {
+                const supervisor::LogPump::LineCopy* copy, std::vector<int>& child_fds) {
     if (p.discard) {
       int fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
       child_fds.push_back(fd);
@@ -140,7 +162,7 @@ class Attempt {
       return file;
     }
     parent_fds_.push_back(file);  // the pump writes it
-    int pipe_w = pump_.add(file, console, prefix);
+    int pipe_w = pump_.add(file, console, prefix, copy);
     child_fds.push_back(pipe_w);
     return pipe_w;
   }
@@ -239,6 +261,7 @@ class Attempt {
   Outcome outcome_ = Outcome::kSucceeded;
   int stop_signal_ = 0;
   std::vector<WorkerExit> failures_;
+  supervisor::LogPump::LineCopy stdout_copy_, stderr_copy_;  // outlive pump_
   supervisor::LogPump pump_{&loop_};
   std::vector<int> parent_fds_;
   std::shared_ptr<spdlog::logger> log_ = util::logger("agent");
@@ -327,7 +350,7 @@ AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, co
     log->error("pre-train script failed: the workers of attempt {} do not start", attempt_index);
   } else {
     Attempt attempt(config, *node.watch, a.restart_count, hooks);
-    result.outcome = attempt.run(std::move(specs), logs);
+    result.outcome = attempt.run(std::move(specs), logs, attempt_dir);
     result.failures = attempt.failures();
     result.stop_signal = attempt.stop_signal();
     result.stop_reason = attempt.stop_reason();

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 
 #include "elasticrun/errors.hpp"
 
@@ -23,7 +24,7 @@ void write_all(int fd, const char* p, size_t n) {
 
 }  // namespace
 
-int LogPump::add(int file_fd, int console_fd, std::string prefix) {
+int LogPump::add(int file_fd, int console_fd, std::string prefix, const LineCopy* copy) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("log pipe: ") + std::strerror(errno));
   auto s = std::make_unique<Stream>();
@@ -32,6 +33,7 @@ int LogPump::add(int file_fd, int console_fd, std::string prefix) {
   s->file_fd = file_fd;
   s->console_fd = console_fd;
   s->prefix = std::move(prefix);
+  s->copy = copy;
   uv_pipe_init(loop_, &s->pipe, 0);
   s->pipe.data = s.get();
   uv_pipe_open(&s->pipe, fds[0]);
@@ -65,7 +67,7 @@ void LogPump::on_data(Stream& s, const char* data, size_t n) {
     line += s.partial;
     line.append(data + start, i + 1 - start);
     s.partial.clear();
-    write_all(s.console_fd, line.data(), line.size());
+    emit(s, line);
     start = i + 1;
   }
   s.partial.append(data + start, n - start);
@@ -83,7 +85,20 @@ void LogPump::flush_partial(Stream& s) {
   std::string line = s.prefix + s.partial;
   if (line.back() != '\n') line += '\n';
   s.partial.clear();
+  emit(s, line);
+}
+
+void LogPump::emit(const Stream& s, const std::string& line) {
   write_all(s.console_fd, line.data(), line.size());
+  if (s.copy == nullptr || s.copy->fd < 0) return;
+  // The worker's text is matched, not the prefix.
+  const std::string_view text = std::string_view(line).substr(s.prefix.size());
+  for (const auto& needle : s.copy->needles) {
+    if (text.find(needle) != std::string_view::npos) {
+      write_all(s.copy->fd, line.data(), line.size());
+      return;
+    }
+  }
 }
 
 void LogPump::drain_and_close() {

@@ -28,10 +28,19 @@ class LogPump {
   LogPump(const LogPump&) = delete;
   LogPump& operator=(const LogPump&) = delete;
 
+  // Where lines that contain any of `needles` are copied as well, prefixed
+  // as on the console (torchrun's --duplicate-stdout-filters: one file for
+  // the tee'd streams of every rank).
+  struct LineCopy {
+    int fd = -1;
+    std::vector<std::string> needles;
+  };
+
   // Creates a pipe; returns the write end for the worker (close it after
   // spawning). Bytes read are appended to file_fd (if >= 0) and, line by
-  // line with `prefix`, written to console_fd (if >= 0). Throws on failure.
-  int add(int file_fd, int console_fd, std::string prefix);
+  // line with `prefix`, written to console_fd (if >= 0) and, when they
+  // match, to copy (if given; it must outlive the pump). Throws on failure.
+  int add(int file_fd, int console_fd, std::string prefix, const LineCopy* copy = nullptr);
 
   // Reads what is left without blocking, flushes partial lines and closes
   // every pipe. Called when the workers have exited, outside the loop's run;
@@ -46,11 +55,15 @@ class LogPump {
     int file_fd = -1;
     int console_fd = -1;
     std::string prefix;
+    const LineCopy* copy = nullptr;
     std::string partial;
     bool closed = false;
   };
   void on_data(Stream& s, const char* data, size_t n);
   void flush_partial(Stream& s);
+  // Writes `line`, which starts with the stream's prefix, to the console
+  // and, when the text after the prefix matches, to the stream's copy.
+  void emit(const Stream& s, const std::string& line);
 
   uv_loop_t* loop_;
   std::vector<std::unique_ptr<Stream>> streams_;

@@ -962,6 +962,24 @@ TEST_CASE("a line longer than kMaxLine reaches the console in prefixed pieces th
   CHECK(slurp(dir / "log") == std::string(kLength, 'x') + "\n");
 }
 
+TEST_CASE("lines whose text contains a needle are copied, prefixed, to the filtered file",
+          "[supervisor]") {
+  TempDir dir;
+  UniqueFd console(open_append(dir / "console"));
+  UniqueFd file(open_append(dir / "log"));
+  UniqueFd filtered(open_append(dir / "filtered"));
+  sv::LogPump::LineCopy copy{filtered.get(), {"apple", "or,ange"}};
+  PumpFixture fx;
+  UniqueFd write_end(fx.pump().add(file.get(), console.get(), "[apple0]:", &copy));
+  // The prefix never matches on its own; the last line has no newline yet.
+  write_all(write_end.get(), "an apple\nbanana\nor,ange juice\nor ange\napple pie");
+  REQUIRE(fx.finish());
+  CHECK(slurp(dir / "filtered") ==
+        "[apple0]:an apple\n[apple0]:or,ange juice\n[apple0]:apple pie\n");
+  CHECK(split_lines(slurp(dir / "console")).size() == 5);
+  CHECK(slurp(dir / "log") == "an apple\nbanana\nor,ange juice\nor ange\napple pie");
+}
+
 TEST_CASE("two pumps sharing a console never mix their lines", "[supervisor]") {
   TempDir dir;
   UniqueFd console(open_append(dir / "console"));
