@@ -21,10 +21,43 @@ WORKER = textwrap.dedent(
     import torch, torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     from elasticrun.checkpoint import CheckpointManager
+    import elasticrun.checkpoint as checkpoint_module
+
+    # CRASH=<point>:<rank>:<step>: that rank SIGKILLs itself at that point
+    # of the save of that step.
+    def inject_faults(rank):
+        if not os.environ.get("CRASH"):
+            return
+        import signal
+        import torch.distributed.checkpoint
+        point, crash_rank, crash_step = os.environ["CRASH"].split(":")
+        if rank != int(crash_rank):
+            return
+        die = lambda: os.kill(os.getpid(), signal.SIGKILL)
+        real_save, real_publish, real_replace = (torch.distributed.checkpoint.save,
+                                                 checkpoint_module._write_atomically, os.replace)
+        def save(state, checkpoint_id):
+            out = real_save(state, checkpoint_id=checkpoint_id)
+            if point == "shard_written" and state["step"] == int(crash_step):
+                die()
+            return out
+        def publish(path, text):
+            if point == "before_latest" and text.strip().endswith(f"{int(crash_step):09d}"):
+                die()
+            return real_publish(path, text)
+        def replace(src, dst):
+            if point == "latest_half_written" and os.path.basename(dst) == "latest":
+                if open(src).read().strip().endswith(f"{int(crash_step):09d}"):
+                    die()
+            return real_replace(src, dst)
+        torch.distributed.checkpoint.save = save
+        checkpoint_module._write_atomically = publish
+        os.replace = replace
 
     root, mode = sys.argv[1], sys.argv[2]
     steps = [int(s) for s in sys.argv[3].split(",")]
     dist.init_process_group("gloo")
+    inject_faults(dist.get_rank())
     torch.manual_seed(0)
     model = DDP(torch.nn.Linear(4, 3))
     opt = torch.optim.Adam(model.parameters(), lr=0.1)
@@ -56,18 +89,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_world(tmp_path: Path, world: int, *args: str) -> list[dict]:
-    import json
-
+def start_world(tmp_path: Path, world: int, *args: str, **extra_env: str):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     port = free_port()
     procs = []
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), PYTHONPATH=str(REPO / "python"), OMP_NUM_THREADS="1")
+                   MASTER_PORT=str(port), PYTHONPATH=str(REPO / "python"), OMP_NUM_THREADS="1",
+                   **extra_env)
         procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    return procs
+
+
+def run_world(tmp_path: Path, world: int, *args: str) -> list[dict]:
+    import json
+
+    procs = start_world(tmp_path, world, *args)
     outs = []
     for p in procs:
         out, err = p.communicate(timeout=240)
@@ -98,3 +137,32 @@ def test_only_the_newest_checkpoints_are_kept_and_a_partial_save_is_never_loaded
     (root / "step_000000004.partial" / "__0_0.distcp").write_bytes(b"torn")
     loaded = run_world(tmp_path, 2, str(root), "load", "0")
     assert all(out["state"]["step"] == 3 for out in loaded)
+
+
+@pytest.fixture(scope="module")
+def after_two_steps(tmp_path_factory) -> list[dict]:
+    """What two ranks hold after two steps, saved without a fault."""
+    d = tmp_path_factory.mktemp("reference")
+    return run_world(d, 2, str(d / "ckpt"), "save", "1,2")
+
+
+@pytest.mark.parametrize("crash", ["shard_written:1", "before_latest:0", "latest_half_written:0"])
+def test_a_rank_killed_mid_save_leaves_the_previous_checkpoint_loadable_at_another_size(
+        tmp_path, crash, after_two_steps):
+    import signal
+
+    root = tmp_path / "ckpt"
+    procs = start_world(tmp_path, 2, str(root), "save", "1,2,3", CRASH=f"{crash}:3")
+    crashed = int(crash.split(":")[1])
+    assert procs[crashed].wait(timeout=240) == -signal.SIGKILL
+    # Its peer waits for it in a collective, or has finished: it goes too.
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.communicate(timeout=60)
+    assert (root / "latest").read_text().strip() == "step_000000002"
+    loaded = run_world(tmp_path, 3, str(root), "load", "0")
+    for out in loaded:
+        assert out["state"] == {"position": 1002, "step": 2}
+        assert out["weights"] == after_two_steps[0]["weights"]
+        assert out["opt_steps"] == [2, 2]
