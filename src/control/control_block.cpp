@@ -413,6 +413,10 @@ ControlBlock::Event ControlBlock::read_event() const {
   return e;
 }
 
+uint64_t ControlBlock::header_seq() const {
+  return load(static_cast<const Header*>(base_)->seq, std::memory_order_acquire);
+}
+
 ControlBlock::SlotView ControlBlock::read_slot(int local_rank) const {
   const Slot* s = static_cast<Slot*>(slot_bytes(local_rank));
   SlotView v;

@@ -109,6 +109,10 @@ class ControlBlock {
 
   // A consistent snapshot of the header's event fields.
   Event read_event() const;
+  // The header's seqlock (one acquire load): it changes with every update of
+  // the header, so a reader that cached read_event() under the value loaded
+  // before that read may keep its copy while this returns the same value.
+  uint64_t header_seq() const;
   // A consistent snapshot of slot local_rank (0 <= local_rank < num_slots(),
   // checked: a bad index aborts).
   SlotView read_slot(int local_rank) const;

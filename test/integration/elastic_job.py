@@ -103,6 +103,18 @@ class Job:
         return wait_for(found, f"a generation of {world} steady workers after {after_gen}",
                         timeout=GEN_TIMEOUT_S)
 
+    def grow_from_two_to_three(self) -> tuple[int, int]:
+        """Agents 1 and 2 reach a steady generation, agent 3 joins, the three
+        reach the next one, and the workers finish (every agent exits 0);
+        returns the two generations."""
+        self.start_agent(1)
+        self.start_agent(2)
+        g2 = self.wait_steady(2)
+        self.start_agent(3)
+        g3 = self.wait_steady(3, after_gen=g2)
+        self.finish({1: 0, 2: 0, 3: 0})
+        return g2, g3
+
     def agent_of(self, gen: int, group_rank: int) -> int:
         """The test's agent number running group rank `group_rank` in `gen`."""
         for e in self.by_gen("start")[gen]:

@@ -138,12 +138,7 @@ def test_too_few_agents_left_fail_the_job_after_the_join_timeout_with_a_clear_re
 def test_sdk_workers_stop_at_one_agreed_step_and_the_next_generation_resumes_from_it(
         procs, marker, elasticrun, tmp_path, store):  # noqa: F811
     job = Job(procs, marker, elasticrun, tmp_path, "2:3", f"127.0.0.1:{store}", worker=SDK_WORKER)
-    job.start_agent(1)
-    job.start_agent(2)
-    g2 = job.wait_steady(2)
-    job.start_agent(3)
-    g3 = job.wait_steady(3, after_gen=g2)
-    job.finish({1: 0, 2: 0, 3: 0})
+    g2, g3 = job.grow_from_two_to_three()
     stops = job.by_gen("stop")[g2]
     # Both ranks of the old generation stopped by themselves (exit 0, told by
     # SIGUSR1 and the control block), at the same step.

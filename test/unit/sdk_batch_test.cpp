@@ -1,0 +1,55 @@
+// The C++ batch planner (include/elasticrun/batch.hpp). The integration
+// suite checks it plans exactly as the Python SDK over random inputs; these
+// are the documented examples and the refusals.
+#include <catch2/catch.hpp>
+#include <numeric>
+#include <vector>
+
+#include "elasticrun/batch.hpp"
+
+namespace sdk = elasticrun::sdk;
+
+TEST_CASE("128 on 24 ranks from sizes 5 and 6 is 8 ranks x 6 and 16 ranks x 5 in one step",
+          "[sdk][batch]") {
+  const sdk::BatchPlan plan = sdk::plan_batches(128, 24, {6, 5});
+  CHECK(plan.accum_steps == 1);
+  CHECK(plan.world_size() == 24);
+  CHECK(plan.micro_batch(0) == 6);
+  CHECK(plan.micro_batch(7) == 6);
+  CHECK(plan.micro_batch(8) == 5);
+  CHECK(std::accumulate(plan.micro_batches.begin(), plan.micro_batches.end(), int64_t{0}) == 128);
+  CHECK(plan.describe() ==
+        "global batch 128 on 24 ranks = 8 ranks x 6 + 16 ranks x 5, 1 accumulation step");
+}
+
+TEST_CASE("sizes with gaps may need three sizes, larger ones on lower ranks", "[sdk][batch]") {
+  const sdk::BatchPlan plan = sdk::plan_batches(17, 3, {4, 6, 7});
+  CHECK(plan.micro_batches == std::vector<int64_t>{7, 6, 4});
+  CHECK(plan.accum_steps == 1);
+}
+
+TEST_CASE("a batch too large for one step accumulates the fewest steps", "[sdk][batch]") {
+  const sdk::BatchPlan plan = sdk::plan_batches(256, 4, {8});
+  CHECK(plan.accum_steps == 8);
+  CHECK(plan.local_batches() == std::vector<int64_t>{64, 64, 64, 64});
+  CHECK(plan.local_batch(3) == 64);
+  CHECK(plan.describe() == "global batch 256 on 4 ranks = 4 ranks x 8, 8 accumulation steps");
+}
+
+TEST_CASE("no plan is refused saying why, and bad arguments name themselves", "[sdk][batch]") {
+  CHECK_THROWS_WITH(sdk::plan_batches(128, 200, {1}),
+                    Catch::Contains("200 ranks at the smallest micro-batch (1) already take 200"));
+  CHECK_THROWS_WITH(sdk::plan_batches(97, 8, {4}, 3),
+                    Catch::Contains("no common accumulation count k divides 97"));
+  CHECK_THROWS_WITH(sdk::plan_batches(0, 8, {4}), "global_batch must be at least 1, got 0");
+  CHECK_THROWS_WITH(sdk::plan_batches(8, 2, {}), "micro_batch_sizes is empty");
+  CHECK_THROWS_AS(sdk::plan_batches(8, 2, {0}), elasticrun::ConfigError);
+  CHECK_THROWS_WITH(sdk::plan_batches(8, 2, {4}).micro_batch(2),
+                    "rank 2 is outside a world of 2 ranks");
+}
+
+TEST_CASE("admissible world sizes are the candidates with a plan, sorted once each",
+          "[sdk][batch]") {
+  CHECK(sdk::admissible_world_sizes(128, {8}, {16, 4, 8, 3, 8, 32}) ==
+        std::vector<int64_t>{4, 8, 16});
+}
