@@ -61,14 +61,22 @@ void LogPump::on_data(Stream& s, const char* data, size_t n) {
   if (s.console_fd < 0) return;
   size_t start = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (data[i] != '\n') continue;
+    const bool crlf_tail = s.after_cr && data[i] == '\n';
+    s.after_cr = false;
+    if (crlf_tail) {
+      start = i + 1;  // the "\r" before it already ended the line
+      continue;
+    }
+    if (data[i] != '\n' && data[i] != '\r') continue;
     // One write per line, prefix included: the kernel keeps it whole.
     std::string line = s.prefix;
     line += s.partial;
-    line.append(data + start, i + 1 - start);
+    line.append(data + start, i - start);
+    line += '\n';
     s.partial.clear();
     emit(s, line);
     start = i + 1;
+    s.after_cr = data[i] == '\r';
   }
   s.partial.append(data + start, n - start);
   if (s.partial.size() >= kMaxLine) {

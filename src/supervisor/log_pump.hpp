@@ -7,6 +7,12 @@
 // independent event on the loop, and a partial line longer than kMaxLine is
 // emitted as it stands. Output of redirect-only streams never passes through
 // the agent: the worker writes the file itself.
+//
+// Console lines end where torchrun's do: torchrun reads the log file in
+// Python's universal-newlines mode, so "\r" and "\r\n" end a line as "\n"
+// does, and a progress bar drawn with carriage returns (tqdm) shows one
+// prefixed line per update instead of nothing until its final newline.
+// Every console line ends with "\n". The file gets the bytes unchanged.
 #pragma once
 
 #include <uv.h>
@@ -57,6 +63,7 @@ class LogPump {
     std::string prefix;
     const LineCopy* copy = nullptr;
     std::string partial;
+    bool after_cr = false;  // the last byte seen ended a line with "\r"
     bool closed = false;
   };
   void on_data(Stream& s, const char* data, size_t n);

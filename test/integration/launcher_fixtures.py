@@ -211,6 +211,29 @@ def shared_runs(tmp_path_factory):
     assert not left, "processes left behind: " + "; ".join(left)
 
 
+class LauncherPairs:
+    """Each scenario of a module under torchrun and under elasticrun, each
+    pair run once per module (on shared_runs). run(procs, marker, launcher,
+    run_name, scenario, workdir) makes one run; get(name) returns
+    (torchrun's, elasticrun's) for scenarios[name]."""
+
+    def __init__(self, shared: SharedRuns, elasticrun: Path, torchrun: Path, scenarios: dict, run):
+        self.shared = shared
+        self.bins = {"torchrun": torchrun, "elasticrun": elasticrun}
+        self.scenarios = scenarios
+        self.run = run
+
+    def get(self, name: str) -> tuple:
+        def make(procs, marker, directory):
+            return tuple(
+                self.run(procs, marker, self.bins[l], f"{l}-{name}", self.scenarios[name],
+                         directory / l)
+                for l in ("torchrun", "elasticrun")
+            )
+
+        return self.shared.get(name, make)
+
+
 def wait_for(predicate, what: str, timeout: float = RUN_TIMEOUT_S, proc: Proc | None = None):
     """Polls predicate() until it returns something truthy; fails with `what`
     (and the launcher's output) at the deadline or when proc exits first."""

@@ -28,6 +28,7 @@ import pytest
 
 from conftest import Procs
 from launcher_fixtures import (
+    LauncherPairs,
     ERROR_FILE_RE,
     PROBE,
     TORCHELASTIC_TMP_NAME_RE,
@@ -221,27 +222,10 @@ def run_scenario(procs: Procs, marker: str, launcher: Path, name: str, scenario:
     return Run(name, env, records, port, workdir / "tmp", stderr, workdir)
 
 
-class Pairs:
-    """Each scenario under both launchers, run once per module."""
-
-    def __init__(self, shared, elasticrun: Path, torchrun: Path):
-        self.shared = shared
-        self.bins = {"torchrun": torchrun, "elasticrun": elasticrun}
-
-    def get(self, name: str) -> tuple[Run, Run]:
-        def make(procs, marker, directory):
-            return tuple(
-                run_scenario(procs, marker, self.bins[l], f"{l}-{name}", SCENARIOS[name],
-                             directory / l)
-                for l in ("torchrun", "elasticrun")
-            )
-
-        return self.shared.get(name, make)
-
-
 @pytest.fixture(scope="module")
 def pairs(shared_runs, elasticrun, torchrun):  # noqa: F811
-    return Pairs(shared_runs, elasticrun, torchrun)
+    """Each scenario under both launchers, run once per module."""
+    return LauncherPairs(shared_runs, elasticrun, torchrun, SCENARIOS, run_scenario)
 
 
 # --- Comparison -------------------------------------------------------------
@@ -300,7 +284,7 @@ def same_everywhere(run: Run, key: str) -> str:
     return values.pop()
 
 
-def assert_same_env(name: str, pairs: Pairs):
+def assert_same_env(name: str, pairs: LauncherPairs):
     scenario = SCENARIOS[name]
     t, e = pairs.get(name)
     assert sorted(t.records) == sorted(e.records)

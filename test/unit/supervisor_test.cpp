@@ -853,6 +853,22 @@ auto has_size(const std::string& path, size_t size) {
   return [path, size] { return slurp(path).size() == size; };
 }
 
+// One pumped stream into dir's "console" and "log", and into "filtered" for
+// lines that contain a needle. Members go in reverse order: the write end
+// first, then the pump (draining into files still open).
+struct FilteredStream {
+  FilteredStream(const TempDir& dir, std::vector<std::string> needles, std::string prefix)
+      : console(open_append(dir / "console")),
+        file(open_append(dir / "log")),
+        filtered(open_append(dir / "filtered")),
+        copy{filtered.get(), std::move(needles)},
+        write_end(fx.pump().add(file.get(), console.get(), std::move(prefix), &copy)) {}
+  UniqueFd console, file, filtered;
+  sv::LogPump::LineCopy copy;
+  PumpFixture fx;
+  UniqueFd write_end;
+};
+
 }  // namespace
 
 TEST_CASE("a child's output reaches the console as prefixed lines and the log file as raw bytes",
@@ -913,6 +929,22 @@ TEST_CASE("draining reads what the loop has not seen and ends the last partial l
   CHECK(slurp(dir / "log") == "first\nlast");
 }
 
+// torchrun reads the log file with universal newlines: "\r" (a progress
+// bar) and "\r\n" end console lines as "\n" does.
+TEST_CASE("a carriage return ends a console line as torchrun's does, and the file keeps it",
+          "[supervisor]") {
+  TempDir dir;
+  FilteredStream s(dir, {"2/3"}, "[p]:");
+  write_all(s.write_end.get(), "1/3\r2/3\r3/3\ndos\r");
+  REQUIRE(s.fx.run_until(has_size(dir / "log", 16)));
+  // The "\n" of a "\r\n" split across reads ends no second line.
+  write_all(s.write_end.get(), "\n\r\rlast\r");
+  REQUIRE(s.fx.finish());
+  CHECK(slurp(dir / "console") == "[p]:1/3\n[p]:2/3\n[p]:3/3\n[p]:dos\n[p]:\n[p]:\n[p]:last\n");
+  CHECK(slurp(dir / "filtered") == "[p]:2/3\n");
+  CHECK(slurp(dir / "log") == "1/3\r2/3\r3/3\ndos\r\n\r\rlast\r");
+}
+
 TEST_CASE("a stream without a console only fills its file, one without a file only the console",
           "[supervisor]") {
   TempDir dir;
@@ -965,15 +997,10 @@ TEST_CASE("a line longer than kMaxLine reaches the console in prefixed pieces th
 TEST_CASE("lines whose text contains a needle are copied, prefixed, to the filtered file",
           "[supervisor]") {
   TempDir dir;
-  UniqueFd console(open_append(dir / "console"));
-  UniqueFd file(open_append(dir / "log"));
-  UniqueFd filtered(open_append(dir / "filtered"));
-  sv::LogPump::LineCopy copy{filtered.get(), {"apple", "or,ange"}};
-  PumpFixture fx;
-  UniqueFd write_end(fx.pump().add(file.get(), console.get(), "[apple0]:", &copy));
+  FilteredStream s(dir, {"apple", "or,ange"}, "[apple0]:");
   // The prefix never matches on its own; the last line has no newline yet.
-  write_all(write_end.get(), "an apple\nbanana\nor,ange juice\nor ange\napple pie");
-  REQUIRE(fx.finish());
+  write_all(s.write_end.get(), "an apple\nbanana\nor,ange juice\nor ange\napple pie");
+  REQUIRE(s.fx.finish());
   CHECK(slurp(dir / "filtered") ==
         "[apple0]:an apple\n[apple0]:or,ange juice\n[apple0]:apple pie\n");
   CHECK(split_lines(slurp(dir / "console")).size() == 5);
