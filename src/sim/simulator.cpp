@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <iterator>
 #include <memory>
 #include <queue>
 #include <set>
@@ -53,11 +54,13 @@ class Run {
         timers_.pop();
         advance(t.at);
         fire(t);
+        mark();
         continue;
       }
       if (next == timeline.size()) break;
       advance(event_at);
       apply(timeline[next++]);
+      mark();
     }
     advance(trace_.duration);
     if (phase_ == Phase::kRunning) {
@@ -66,6 +69,7 @@ class Run {
     } else {
       account_down();
     }
+    mark(true);
     r_.down = r_.time_at_size[0];
     return std::move(r_);
   }
@@ -111,9 +115,34 @@ class Run {
       phase_ = Phase::kRunning;
       size_ = r_.static_size;
       last_running_size_ = size_;
+      stretch_points_ = r_.series.size();
       observe();
     } else {
       begin_round(r_.static_size, now_, std::nullopt);
+    }
+    mark();
+  }
+
+  // Records the state after everything that happened at now_: a new point
+  // when the capacity or the world size changed (the last one of an
+  // instant wins), always at the end. Points taken while running hold the
+  // progress before the stretch; account_running() completes them.
+  void mark(bool always = false) {
+    const SeriesPoint p{now_, capacity_, phase_ == Phase::kRunning ? size_ : 0, r_.useful,
+                        r_.tokens};
+    std::vector<SeriesPoint>& s = r_.series;
+    auto same_state = [&](const SeriesPoint& q) {
+      return q.capacity == p.capacity && q.world == p.world;
+    };
+    if (!s.empty() && s.back().at == now_) {
+      s.back() = p;
+      // A change undone within the instant is no change.
+      if (s.size() >= 2 && same_state(s[s.size() - 2]) && !always) {
+        s.pop_back();
+        stretch_points_ = std::min(stretch_points_, s.size());
+      }
+    } else if (always || s.empty() || !same_state(s.back())) {
+      s.push_back(p);
     }
   }
 
@@ -283,6 +312,7 @@ class Run {
       last_scale_ = {now_, direction};
     }
     last_running_size_ = size_;
+    stretch_points_ = r_.series.size();
     // The new round's first observation.
     observe();
   }
@@ -294,26 +324,56 @@ class Run {
   // checkpoint holds.
   void account_running(bool saved) {
     const Millis length = now_ - phase_since_;
-    Millis trained = length;
-    Millis checkpointing{0};
-    Millis durable{0};
-    if (trace_.checkpoint_every) {
-      const Millis every = *trace_.checkpoint_every;
-      const Millis cycle = every + trace_.checkpoint_save;
-      const int64_t cycles = length / cycle;
-      const Millis rest = length - cycles * cycle;
-      trained = cycles * every + std::min(rest, every);
-      checkpointing = cycles * trace_.checkpoint_save + std::max(Millis(0), rest - every);
-      durable = cycles * every;
+    const Stretch s = stretch(length);
+    const Millis kept = saved ? s.trained : s.durable;
+    const double rate = trace_.throughput.at(size_);
+    // Points taken during the stretch learn how much of their training
+    // survived; after a crash, progress stops at the last checkpoint.
+    for (size_t i = stretch_points_; i < r_.series.size(); ++i) {
+      SeriesPoint& p = r_.series[i];
+      const Millis survived = std::min(stretch(p.at - phase_since_).trained, kept);
+      p.useful = r_.useful + survived;
+      p.tokens = r_.tokens + seconds(survived) * rate;
     }
-    const Millis kept = saved ? trained : durable;
+    if (kept < s.trained && s.durable_at > Millis(0)) {
+      const Millis at = phase_since_ + s.durable_at;
+      auto after = std::upper_bound(r_.series.begin(), r_.series.end(), at,
+                                    [](Millis t, const SeriesPoint& p) { return t < p.at; });
+      assert(after != r_.series.begin());
+      if (std::prev(after)->at < at) {
+        r_.series.insert(after, {at, std::prev(after)->capacity, size_, r_.useful + kept,
+                                 r_.tokens + seconds(kept) * rate});
+      }
+    }
+    stretch_points_ = r_.series.size();
     r_.useful += kept;
-    r_.lost_work += trained - kept;
-    r_.checkpointing += checkpointing;
-    r_.tokens += seconds(kept) * trace_.throughput.at(size_);
+    r_.lost_work += s.trained - kept;
+    r_.checkpointing += s.checkpointing;
+    r_.tokens += seconds(kept) * rate;
     r_.absorbed_node_hours += hours(length) * std::max(0, size_ - r_.static_size);
     r_.time_at_size[size_] += length;
     phase_since_ = now_;
+  }
+
+  struct Stretch {
+    Millis trained{0};
+    Millis checkpointing{0};
+    Millis durable{0};     // what the last completed checkpoint holds
+    Millis durable_at{0};  // when that checkpoint completed, from the start
+  };
+
+  // `length` of running at one size from the checkpoint just loaded: with
+  // periodic checkpoints, cycles of checkpoint_every training then
+  // checkpoint_save saving.
+  Stretch stretch(Millis length) const {
+    if (!trace_.checkpoint_every) return {length, Millis(0), Millis(0), Millis(0)};
+    const Millis every = *trace_.checkpoint_every;
+    const Millis cycle = every + trace_.checkpoint_save;
+    const int64_t cycles = length / cycle;
+    const Millis rest = length - cycles * cycle;
+    return {cycles * every + std::min(rest, every),
+            cycles * trace_.checkpoint_save + std::max(Millis(0), rest - every), cycles * every,
+            cycles * cycle};
   }
 
   void account_down() {
@@ -337,6 +397,7 @@ class Run {
   std::optional<int> last_running_size_;
   std::optional<std::pair<Millis, int>> last_scale_;  // time, direction
   int decisions_now_ = 0;
+  size_t stretch_points_ = 0;  // the first point of the running stretch
 
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
   std::set<Millis> rechecks_;
