@@ -34,7 +34,7 @@ constexpr int kMaxDecisionsAtOneTime = 10'000;
 class Run {
  public:
   Run(const Trace& trace, std::string_view policy)
-      : trace_(trace), ctl_(make_controller(policy, trace)) {
+      : trace_(trace), ctl_(make_controller(policy, trace)), spares_(ctl_->holds_spares()) {
     r_.policy = std::string(policy);
     r_.duration = trace.duration;
     r_.static_size = trace.start_size();
@@ -54,12 +54,14 @@ class Run {
         timers_.pop();
         advance(t.at);
         fire(t);
+        sync_agents();
         mark();
         continue;
       }
       if (next == timeline.size()) break;
       advance(event_at);
       apply(timeline[next++]);
+      sync_agents();
       mark();
     }
     advance(trace_.duration);
@@ -80,18 +82,24 @@ class Run {
     kRestarting,  // a round of size_ closed; workers start and load until the Resume timer
     kWaiting,     // a round aiming at size_ waits for nodes (and maybe a deadline)
   };
-  enum class TimerKind { kResume, kDeadline, kRecheck };
+  enum class TimerKind { kResume, kDeadline, kRecheck, kAgentsReady };
   struct Timer {
     Millis at;
     uint64_t seq;
     TimerKind kind;
     uint64_t epoch;  // kResume/kDeadline: stale when the round changed since
-    bool operator>(const Timer& o) const { return std::tie(at, seq) > std::tie(o.at, o.seq); }
+    int agents;      // kAgentsReady: how many were started
+    // Agents that come up when a round's wait for replacements ends are in
+    // time for it.
+    int rank() const { return kind == TimerKind::kAgentsReady ? 0 : 1; }
+    bool operator>(const Timer& o) const {
+      return std::tuple(at, rank(), seq) > std::tuple(o.at, o.rank(), o.seq);
+    }
   };
 
-  void schedule(Millis at, TimerKind kind) {
+  void schedule(Millis at, TimerKind kind, int agents = 0) {
     if (at >= trace_.duration) return;
-    timers_.push({at, next_seq_++, kind, epoch_});
+    timers_.push({at, next_seq_++, kind, epoch_, agents});
   }
 
   int members() const { return phase_ == Phase::kWaiting ? 0 : size_; }
@@ -111,6 +119,7 @@ class Run {
   }
 
   void start() {
+    agents_ = spares_ ? capacity_ : std::min(capacity_, std::max(agents_wanted(), r_.static_size));
     if (capacity_ >= r_.static_size) {
       phase_ = Phase::kRunning;
       size_ = r_.static_size;
@@ -158,6 +167,16 @@ class Run {
         rechecks_.erase(t.at);
         if (phase_ != Phase::kWaiting) observe();
         break;
+      case TimerKind::kAgentsReady: {
+        // Starts cancelled since (sync_agents) are taken off the latest.
+        const int up = std::min({t.agents, starting_, capacity_ - agents_});
+        starting_ -= std::min(t.agents, starting_);
+        if (up > 0) {
+          agents_ += up;
+          react(0, 0);
+        }
+        break;
+      }
     }
   }
 
@@ -167,16 +186,21 @@ class Run {
     const int held = members();
     capacity_ = capacity_after(e, capacity_, trace_.nodes_max);
     switch (e.kind) {
-      case EventKind::kCapacity:
+      case EventKind::kCapacity: {
         // Nodes taken back beyond the idle ones are the job's, with notice.
-        react(0, std::max(0, held - capacity_));
+        const int gone = std::max(0, held - capacity_);
+        nodes_changed(before, gone);
+        react(0, gone);
         break;
+      }
       case EventKind::kReplace:
+        nodes_changed(before, 0);
         react(0, 0);
         break;
       case EventKind::kFail:
       case EventKind::kSpotNotice: {
         const int hit = e.pick ? (*e.pick * before < held ? 1 : 0) : std::min(e.count, held);
+        nodes_changed(before, hit);
         if (e.kind == EventKind::kFail) {
           r_.members_lost += hit;
           react(hit, 0);
@@ -219,7 +243,9 @@ class Run {
     }
     const int idle = capacity_ - members();
     const int forced = std::max(0, std::min(k, capacity_) - idle);
+    const int before = capacity_;
     capacity_ = std::max(0, capacity_ - k);
+    nodes_changed(before, forced);
     if (holding && forced == 0) ++r_.preempt_answered_in_one_decision;
     react(0, forced);
   }
@@ -236,7 +262,7 @@ class Run {
     o.current = size_;
     o.lost = lost;
     o.leaving = leaving;
-    o.waiting = capacity_ - (size_ - lost - leaving);
+    o.waiting = agents_ - (size_ - lost - leaving);
     o.release_request = release;
     o.scale_request = scale ? scale : std::exchange(pending_scale_, std::nullopt);
     assert(o.waiting >= 0);
@@ -283,10 +309,10 @@ class Run {
   void try_close() {
     if (phase_ != Phase::kWaiting) return;
     std::optional<int> n;
-    if (capacity_ >= size_) {
+    if (agents_ >= size_) {
       n = size_;
     } else if (deadline_ && now_ >= *deadline_) {
-      n = ctl_->largest_size_at_most(capacity_);
+      n = ctl_->largest_size_at_most(agents_);
     }
     if (!n) return;
     account_down();
@@ -355,6 +381,46 @@ class Run {
     phase_since_ = now_;
   }
 
+  // Keeps agents_ in step after the capacity went from `before` to
+  // capacity_ and `gone` members were lost or are leaving. With spares every
+  // available node runs an agent. Without, nodes the trace adds come with
+  // an agent while the job can use them (starting those is the trace's
+  // business); nodes taken away are agent-less idle ones first.
+  void nodes_changed(int before, int gone) {
+    if (spares_) {
+      agents_ = capacity_;
+    } else if (capacity_ > before) {
+      agents_ += std::min(capacity_ - before, std::max(0, agents_wanted() - agents_));
+    } else {
+      agents_ = std::min(agents_ - gone, capacity_);
+    }
+  }
+
+  // Without spares: the agents the job keeps, members included: enough for
+  // the largest size the controller allows within the capacity, or for the
+  // target of the round it waits to close, never more than the nodes there.
+  int agents_wanted() const {
+    const int usable = std::min(capacity_, trace_.policy.max_replicas);
+    int want = ctl_->largest_size_at_most(usable).value_or(0);
+    if (phase_ == Phase::kWaiting) want = std::max(want, size_);
+    return std::min(want, capacity_);
+  }
+
+  // Without spares, after everything that happened at now_: idle agents the
+  // job cannot use are stopped, and agents it is short of are started on
+  // idle nodes; they are up node_start later.
+  void sync_agents() {
+    if (spares_) return;
+    const int want = agents_wanted();
+    agents_ = std::max(members(), std::min(agents_, want));
+    starting_ = std::min(starting_, std::max(0, want - agents_));
+    const int short_of = want - agents_ - starting_;
+    if (short_of > 0) {
+      starting_ += short_of;
+      schedule(now_ + trace_.node_start, TimerKind::kAgentsReady, short_of);
+    }
+  }
+
   struct Stretch {
     Millis trained{0};
     Millis checkpointing{0};
@@ -383,10 +449,15 @@ class Run {
 
   const Trace& trace_;
   std::unique_ptr<Controller> ctl_;
+  const bool spares_;
   RunResult r_;
 
   Millis now_{0};
   int capacity_ = 0;
+  // Available nodes running an agent: the members (not those lost or
+  // leaving) and the agents waiting. All of them with spares.
+  int agents_ = 0;
+  int starting_ = 0;  // agents being started (without spares)
   Phase phase_ = Phase::kRunning;
   int size_ = 0;
   Millis phase_since_{0};
