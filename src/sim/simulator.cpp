@@ -11,6 +11,7 @@
 
 #include "elasticrun/errors.hpp"
 #include "sim/controller.hpp"
+#include "sim/stretch.hpp"
 
 namespace elasticrun::sim {
 namespace {
@@ -350,14 +351,14 @@ class Run {
   // checkpoint holds.
   void account_running(bool saved) {
     const Millis length = now_ - phase_since_;
-    const Stretch s = stretch(length);
+    const Stretch s = stretch(trace_, length);
     const Millis kept = saved ? s.trained : s.durable;
     const double rate = trace_.throughput.at(size_);
     // Points taken during the stretch learn how much of their training
     // survived; after a crash, progress stops at the last checkpoint.
     for (size_t i = stretch_points_; i < r_.series.size(); ++i) {
       SeriesPoint& p = r_.series[i];
-      const Millis survived = std::min(stretch(p.at - phase_since_).trained, kept);
+      const Millis survived = std::min(stretch(trace_, p.at - phase_since_).trained, kept);
       p.useful = r_.useful + survived;
       p.tokens = r_.tokens + seconds(survived) * rate;
     }
@@ -419,27 +420,6 @@ class Run {
       starting_ += short_of;
       schedule(now_ + trace_.node_start, TimerKind::kAgentsReady, short_of);
     }
-  }
-
-  struct Stretch {
-    Millis trained{0};
-    Millis checkpointing{0};
-    Millis durable{0};     // what the last completed checkpoint holds
-    Millis durable_at{0};  // when that checkpoint completed, from the start
-  };
-
-  // `length` of running at one size from the checkpoint just loaded: with
-  // periodic checkpoints, cycles of checkpoint_every training then
-  // checkpoint_save saving.
-  Stretch stretch(Millis length) const {
-    if (!trace_.checkpoint_every) return {length, Millis(0), Millis(0), Millis(0)};
-    const Millis every = *trace_.checkpoint_every;
-    const Millis cycle = every + trace_.checkpoint_save;
-    const int64_t cycles = length / cycle;
-    const Millis rest = length - cycles * cycle;
-    return {cycles * every + std::min(rest, every),
-            cycles * trace_.checkpoint_save + std::max(Millis(0), rest - every), cycles * every,
-            cycles * cycle};
   }
 
   void account_down() {
