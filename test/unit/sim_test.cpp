@@ -92,6 +92,7 @@ TEST_CASE("trace errors name the file and line", "[sim]") {
   check_parse_error(head + "at 0 fail 1\n", "t.trace:5:", "at 0 only");
   check_parse_error(head + "at 10 fail 1\n", "t.trace:5:", "not a duration");
   check_parse_error(head + "# a comment\n\nrestart 20\n", "t.trace:7:", "not a duration");
+  check_parse_error(head + "node_start 120\n", "t.trace:5:", "not a duration");
   check_parse_error(head + "duration 2h\n", "t.trace:5:", "first on line 1");
   check_parse_error(head + "failures rate=0.1\n", "t.trace:5:", "repair=");
   check_parse_error(head + "colour blue\n", "t.trace:5:", "unknown line 'colour'");
