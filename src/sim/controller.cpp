@@ -31,15 +31,17 @@ Decision keep_running(int current) {
 // its own rules (docs/policy.md); the simulator only acts on its decisions.
 class Elastic final : public Controller {
  public:
-  explicit Elastic(elastic::PolicyConfig c) : policy_(std::move(c)) {}
+  Elastic(elastic::PolicyConfig c, bool spares) : policy_(std::move(c)), spares_(spares) {}
   Decision decide(const Observation& o) override { return policy_.decide(o); }
   bool saves_on_stop() const override { return true; }
   std::optional<int> largest_size_at_most(int nodes) const override {
     return elastic::largest_allowed_at_most(policy_.config(), nodes);
   }
+  bool holds_spares() const override { return spares_; }
 
  private:
   elastic::Policy policy_;
+  bool spares_;
 };
 
 // A job allocated `size` nodes for good: capacity above it is not used;
@@ -98,7 +100,7 @@ class RestartOnChange final : public Controller {
 
 const std::vector<std::string>& controller_names() {
   static const std::vector<std::string> names = {"static", "restart_on_change", "elastic",
-                                                 "elastic-nostab"};
+                                                 "elastic-nostab", "elastic-nospares"};
   return names;
 }
 
@@ -107,14 +109,17 @@ std::unique_ptr<Controller> make_controller(std::string_view name, const Trace& 
   if (name == "restart_on_change") {
     return std::make_unique<RestartOnChange>(trace.policy.min_replicas, trace.policy.max_replicas);
   }
-  if (name == "elastic") return std::make_unique<Elastic>(trace.policy);
+  if (name == "elastic") return std::make_unique<Elastic>(trace.policy, true);
+  // What hot spares buy: the same policy, with an agent to start (node_start)
+  // before a node the job did not need becomes a replacement.
+  if (name == "elastic-nospares") return std::make_unique<Elastic>(trace.policy, false);
   if (name == "elastic-nostab") {
     // What stabilisation buys: the same rules, acting on every change at once.
     elastic::PolicyConfig c = trace.policy;
     c.scaling_timeout = Millis(0);
     c.min_stable_period = Millis(0);
     c.max_stable_period = Millis(0);
-    return std::make_unique<Elastic>(std::move(c));
+    return std::make_unique<Elastic>(std::move(c), true);
   }
   std::string known;
   for (const auto& n : controller_names()) known += (known.empty() ? "" : ", ") + n;

@@ -35,6 +35,12 @@ class Controller {
   // The size a round closes at once its wait for replacements is over and
   // `nodes` are there, nullopt when it cannot close yet.
   virtual std::optional<int> largest_size_at_most(int nodes) const = 0;
+
+  // Whether every available node runs an agent, so that nodes beyond the
+  // sizes the job can use wait as hot spares. When not, the job keeps agents
+  // only on the nodes it can use, and one more costs the trace's
+  // node_start.
+  virtual bool holds_spares() const { return true; }
 };
 
 // The names, in the order tables show them.

@@ -120,6 +120,22 @@ std::string format_json(const Trace& trace, uint64_t seed, const std::vector<Run
     ordered_json at = ordered_json::object();
     for (const auto& [nodes, time] : r.time_at_size) at[std::to_string(nodes)] = secs(time);
     p["time_at_each_size"] = std::move(at);
+    // Columns, one entry per point: compact, and what a plot wants.
+    ordered_json t = ordered_json::array(), capacity = ordered_json::array(),
+                 world = ordered_json::array(), useful = ordered_json::array(),
+                 tokens = ordered_json::array();
+    for (const SeriesPoint& point : r.series) {
+      t.push_back(secs(point.at));
+      capacity.push_back(point.capacity);
+      world.push_back(point.world);
+      useful.push_back(secs(point.useful));
+      tokens.push_back(point.tokens);
+    }
+    p["series"] = {{"t_s", std::move(t)},
+                   {"capacity", std::move(capacity)},
+                   {"world", std::move(world)},
+                   {"useful_s", std::move(useful)},
+                   {"tokens", std::move(tokens)}};
     policies[r.policy] = std::move(p);
   }
   j["policies"] = std::move(policies);

@@ -21,7 +21,9 @@ std::string format_table(const Trace& trace, uint64_t seed, const std::vector<Ru
 //  "static_size", "idle_gpu_hours_beyond_static",
 //  "policies": {NAME: {"goodput", "token_efficiency", "absorbed_idle_fraction"
 //  (null when nothing was idle), "scale_events", "thrash_events",
-//  "time_at_each_size": {"NODES": seconds, ...}, ...}}}, indented.
+//  "time_at_each_size": {"NODES": seconds, ...}, "series": {"t_s", "capacity",
+//  "world", "useful_s", "tokens": one array each, one entry per
+//  SeriesPoint}, ...}}}, indented.
 std::string format_json(const Trace& trace, uint64_t seed, const std::vector<RunResult>& runs);
 
 }  // namespace elasticrun::sim

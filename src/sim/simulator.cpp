@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <iterator>
 #include <memory>
 #include <queue>
 #include <set>
@@ -10,6 +11,7 @@
 
 #include "elasticrun/errors.hpp"
 #include "sim/controller.hpp"
+#include "sim/stretch.hpp"
 
 namespace elasticrun::sim {
 namespace {
@@ -33,7 +35,7 @@ constexpr int kMaxDecisionsAtOneTime = 10'000;
 class Run {
  public:
   Run(const Trace& trace, std::string_view policy)
-      : trace_(trace), ctl_(make_controller(policy, trace)) {
+      : trace_(trace), ctl_(make_controller(policy, trace)), spares_(ctl_->holds_spares()) {
     r_.policy = std::string(policy);
     r_.duration = trace.duration;
     r_.static_size = trace.start_size();
@@ -53,11 +55,15 @@ class Run {
         timers_.pop();
         advance(t.at);
         fire(t);
+        sync_agents();
+        mark();
         continue;
       }
       if (next == timeline.size()) break;
       advance(event_at);
       apply(timeline[next++]);
+      sync_agents();
+      mark();
     }
     advance(trace_.duration);
     if (phase_ == Phase::kRunning) {
@@ -66,6 +72,7 @@ class Run {
     } else {
       account_down();
     }
+    mark(true);
     r_.down = r_.time_at_size[0];
     return std::move(r_);
   }
@@ -76,18 +83,24 @@ class Run {
     kRestarting,  // a round of size_ closed; workers start and load until the Resume timer
     kWaiting,     // a round aiming at size_ waits for nodes (and maybe a deadline)
   };
-  enum class TimerKind { kResume, kDeadline, kRecheck };
+  enum class TimerKind { kResume, kDeadline, kRecheck, kAgentsReady };
   struct Timer {
     Millis at;
     uint64_t seq;
     TimerKind kind;
     uint64_t epoch;  // kResume/kDeadline: stale when the round changed since
-    bool operator>(const Timer& o) const { return std::tie(at, seq) > std::tie(o.at, o.seq); }
+    int agents;      // kAgentsReady: how many were started
+    // Agents that come up when a round's wait for replacements ends are in
+    // time for it.
+    int rank() const { return kind == TimerKind::kAgentsReady ? 0 : 1; }
+    bool operator>(const Timer& o) const {
+      return std::tuple(at, rank(), seq) > std::tuple(o.at, o.rank(), o.seq);
+    }
   };
 
-  void schedule(Millis at, TimerKind kind) {
+  void schedule(Millis at, TimerKind kind, int agents = 0) {
     if (at >= trace_.duration) return;
-    timers_.push({at, next_seq_++, kind, epoch_});
+    timers_.push({at, next_seq_++, kind, epoch_, agents});
   }
 
   int members() const { return phase_ == Phase::kWaiting ? 0 : size_; }
@@ -107,13 +120,39 @@ class Run {
   }
 
   void start() {
+    agents_ = spares_ ? capacity_ : std::min(capacity_, std::max(agents_wanted(), r_.static_size));
     if (capacity_ >= r_.static_size) {
       phase_ = Phase::kRunning;
       size_ = r_.static_size;
       last_running_size_ = size_;
+      stretch_points_ = r_.series.size();
       observe();
     } else {
       begin_round(r_.static_size, now_, std::nullopt);
+    }
+    mark();
+  }
+
+  // Records the state after everything that happened at now_: a new point
+  // when the capacity or the world size changed (the last one of an
+  // instant wins), always at the end. Points taken while running hold the
+  // progress before the stretch; account_running() completes them.
+  void mark(bool always = false) {
+    const SeriesPoint p{now_, capacity_, phase_ == Phase::kRunning ? size_ : 0, r_.useful,
+                        r_.tokens};
+    std::vector<SeriesPoint>& s = r_.series;
+    auto same_state = [&](const SeriesPoint& q) {
+      return q.capacity == p.capacity && q.world == p.world;
+    };
+    if (!s.empty() && s.back().at == now_) {
+      s.back() = p;
+      // A change undone within the instant is no change.
+      if (s.size() >= 2 && same_state(s[s.size() - 2]) && !always) {
+        s.pop_back();
+        stretch_points_ = std::min(stretch_points_, s.size());
+      }
+    } else if (always || s.empty() || !same_state(s.back())) {
+      s.push_back(p);
     }
   }
 
@@ -129,6 +168,16 @@ class Run {
         rechecks_.erase(t.at);
         if (phase_ != Phase::kWaiting) observe();
         break;
+      case TimerKind::kAgentsReady: {
+        // Starts cancelled since (sync_agents) are taken off the latest.
+        const int up = std::min({t.agents, starting_, capacity_ - agents_});
+        starting_ -= std::min(t.agents, starting_);
+        if (up > 0) {
+          agents_ += up;
+          react(0, 0);
+        }
+        break;
+      }
     }
   }
 
@@ -138,16 +187,21 @@ class Run {
     const int held = members();
     capacity_ = capacity_after(e, capacity_, trace_.nodes_max);
     switch (e.kind) {
-      case EventKind::kCapacity:
+      case EventKind::kCapacity: {
         // Nodes taken back beyond the idle ones are the job's, with notice.
-        react(0, std::max(0, held - capacity_));
+        const int gone = std::max(0, held - capacity_);
+        nodes_changed(before, gone);
+        react(0, gone);
         break;
+      }
       case EventKind::kReplace:
+        nodes_changed(before, 0);
         react(0, 0);
         break;
       case EventKind::kFail:
       case EventKind::kSpotNotice: {
         const int hit = e.pick ? (*e.pick * before < held ? 1 : 0) : std::min(e.count, held);
+        nodes_changed(before, hit);
         if (e.kind == EventKind::kFail) {
           r_.members_lost += hit;
           react(hit, 0);
@@ -190,7 +244,9 @@ class Run {
     }
     const int idle = capacity_ - members();
     const int forced = std::max(0, std::min(k, capacity_) - idle);
+    const int before = capacity_;
     capacity_ = std::max(0, capacity_ - k);
+    nodes_changed(before, forced);
     if (holding && forced == 0) ++r_.preempt_answered_in_one_decision;
     react(0, forced);
   }
@@ -207,7 +263,7 @@ class Run {
     o.current = size_;
     o.lost = lost;
     o.leaving = leaving;
-    o.waiting = capacity_ - (size_ - lost - leaving);
+    o.waiting = agents_ - (size_ - lost - leaving);
     o.release_request = release;
     o.scale_request = scale ? scale : std::exchange(pending_scale_, std::nullopt);
     assert(o.waiting >= 0);
@@ -254,10 +310,10 @@ class Run {
   void try_close() {
     if (phase_ != Phase::kWaiting) return;
     std::optional<int> n;
-    if (capacity_ >= size_) {
+    if (agents_ >= size_) {
       n = size_;
     } else if (deadline_ && now_ >= *deadline_) {
-      n = ctl_->largest_size_at_most(capacity_);
+      n = ctl_->largest_size_at_most(agents_);
     }
     if (!n) return;
     account_down();
@@ -283,6 +339,7 @@ class Run {
       last_scale_ = {now_, direction};
     }
     last_running_size_ = size_;
+    stretch_points_ = r_.series.size();
     // The new round's first observation.
     observe();
   }
@@ -294,26 +351,75 @@ class Run {
   // checkpoint holds.
   void account_running(bool saved) {
     const Millis length = now_ - phase_since_;
-    Millis trained = length;
-    Millis checkpointing{0};
-    Millis durable{0};
-    if (trace_.checkpoint_every) {
-      const Millis every = *trace_.checkpoint_every;
-      const Millis cycle = every + trace_.checkpoint_save;
-      const int64_t cycles = length / cycle;
-      const Millis rest = length - cycles * cycle;
-      trained = cycles * every + std::min(rest, every);
-      checkpointing = cycles * trace_.checkpoint_save + std::max(Millis(0), rest - every);
-      durable = cycles * every;
+    const Stretch s = stretch(trace_, length);
+    const Millis kept = saved ? s.trained : s.durable;
+    const double rate = trace_.throughput.at(size_);
+    // Points taken during the stretch learn how much of their training
+    // survived; after a crash, progress stops at the last checkpoint.
+    for (size_t i = stretch_points_; i < r_.series.size(); ++i) {
+      SeriesPoint& p = r_.series[i];
+      const Millis survived = std::min(stretch(trace_, p.at - phase_since_).trained, kept);
+      p.useful = r_.useful + survived;
+      p.tokens = r_.tokens + seconds(survived) * rate;
     }
-    const Millis kept = saved ? trained : durable;
+    if (kept < s.trained && s.durable_at > Millis(0)) {
+      const Millis at = phase_since_ + s.durable_at;
+      auto after = std::upper_bound(r_.series.begin(), r_.series.end(), at,
+                                    [](Millis t, const SeriesPoint& p) { return t < p.at; });
+      assert(after != r_.series.begin());
+      if (std::prev(after)->at < at) {
+        r_.series.insert(after, {at, std::prev(after)->capacity, size_, r_.useful + kept,
+                                 r_.tokens + seconds(kept) * rate});
+      }
+    }
+    stretch_points_ = r_.series.size();
     r_.useful += kept;
-    r_.lost_work += trained - kept;
-    r_.checkpointing += checkpointing;
-    r_.tokens += seconds(kept) * trace_.throughput.at(size_);
+    r_.lost_work += s.trained - kept;
+    r_.checkpointing += s.checkpointing;
+    r_.tokens += seconds(kept) * rate;
     r_.absorbed_node_hours += hours(length) * std::max(0, size_ - r_.static_size);
     r_.time_at_size[size_] += length;
     phase_since_ = now_;
+  }
+
+  // Keeps agents_ in step after the capacity went from `before` to
+  // capacity_ and `gone` members were lost or are leaving. With spares every
+  // available node runs an agent. Without, nodes the trace adds come with
+  // an agent while the job can use them (starting those is the trace's
+  // business); nodes taken away are agent-less idle ones first.
+  void nodes_changed(int before, int gone) {
+    if (spares_) {
+      agents_ = capacity_;
+    } else if (capacity_ > before) {
+      agents_ += std::min(capacity_ - before, std::max(0, agents_wanted() - agents_));
+    } else {
+      agents_ = std::min(agents_ - gone, capacity_);
+    }
+  }
+
+  // Without spares: the agents the job keeps, members included: enough for
+  // the largest size the controller allows within the capacity, or for the
+  // target of the round it waits to close, never more than the nodes there.
+  int agents_wanted() const {
+    const int usable = std::min(capacity_, trace_.policy.max_replicas);
+    int want = ctl_->largest_size_at_most(usable).value_or(0);
+    if (phase_ == Phase::kWaiting) want = std::max(want, size_);
+    return std::min(want, capacity_);
+  }
+
+  // Without spares, after everything that happened at now_: idle agents the
+  // job cannot use are stopped, and agents it is short of are started on
+  // idle nodes; they are up node_start later.
+  void sync_agents() {
+    if (spares_) return;
+    const int want = agents_wanted();
+    agents_ = std::max(members(), std::min(agents_, want));
+    starting_ = std::min(starting_, std::max(0, want - agents_));
+    const int short_of = want - agents_ - starting_;
+    if (short_of > 0) {
+      starting_ += short_of;
+      schedule(now_ + trace_.node_start, TimerKind::kAgentsReady, short_of);
+    }
   }
 
   void account_down() {
@@ -323,10 +429,15 @@ class Run {
 
   const Trace& trace_;
   std::unique_ptr<Controller> ctl_;
+  const bool spares_;
   RunResult r_;
 
   Millis now_{0};
   int capacity_ = 0;
+  // Available nodes running an agent: the members (not those lost or
+  // leaving) and the agents waiting. All of them with spares.
+  int agents_ = 0;
+  int starting_ = 0;  // agents being started (without spares)
   Phase phase_ = Phase::kRunning;
   int size_ = 0;
   Millis phase_since_{0};
@@ -337,6 +448,7 @@ class Run {
   std::optional<int> last_running_size_;
   std::optional<std::pair<Millis, int>> last_scale_;  // time, direction
   int decisions_now_ = 0;
+  size_t stretch_points_ = 0;  // the first point of the running stretch
 
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
   std::set<Millis> rechecks_;

@@ -15,6 +15,21 @@
 
 namespace elasticrun::sim {
 
+// The job's state from `at` until the next point: one point per change of
+// the capacity or of the world size, not one per second.
+struct SeriesPoint {
+  Millis at{0};
+  int capacity = 0;  // nodes available to the job
+  int world = 0;     // nodes training; 0 while saving, restarting, loading or waiting
+  // Training done by `at` whose results survive (work a later crash undoes
+  // is not counted), and the tokens it processed. Between two points both
+  // grow about linearly while the world size is above 0 (periodic saves
+  // stall them briefly) and stay flat otherwise: after a crash a point at
+  // the last completed checkpoint keeps that true.
+  Millis useful{0};
+  double tokens = 0;
+};
+
 struct RunResult {
   std::string policy;
   Millis duration{0};
@@ -47,6 +62,10 @@ struct RunResult {
   // Preemptions whose first decision freed the nodes (with idle ones)
   // without a running member being taken by force.
   int preempt_answered_in_one_decision = 0;
+
+  // From time 0 to the end of the trace, in time order; the last point is
+  // at `duration` and holds the totals.
+  std::vector<SeriesPoint> series;
 
   double goodput() const;           // useful / duration
   double token_efficiency() const;  // tokens / ideal_tokens (1 when ideal is 0)

@@ -128,6 +128,8 @@ class Parser {
       trace_.checkpoint_load = duration(key, one_value());
     } else if (key == "restart") {
       trace_.restart = duration(key, one_value());
+    } else if (key == "node_start") {
+      trace_.node_start = duration(key, one_value());
     } else if (key == "checkpoint_every") {
       trace_.checkpoint_every = duration(key, one_value());
       if (trace_.checkpoint_every->count() <= 0) fail("checkpoint_every must be above 0");
@@ -159,7 +161,8 @@ class Parser {
     } else {
       fail("unknown line " + util::quote(key) +
            " (headers: duration, nodes_max, gpus_per_node, checkpoint_save, checkpoint_load, "
-           "checkpoint_every, restart, throughput, policy, seed, initial, failures, notices; "
+           "checkpoint_every, restart, node_start, throughput, policy, seed, initial, failures, "
+           "notices; "
            "events: at TIME WHAT N)");
     }
   }

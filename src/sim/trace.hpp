@@ -49,6 +49,9 @@ struct Trace {
   Millis checkpoint_save{0};
   Millis checkpoint_load{0};
   Millis restart{0};
+  // Starting an agent on an idle node that had none: only a job that holds
+  // no spare agents pays it (elastic-nospares), when it needs a replacement.
+  Millis node_start{std::chrono::seconds(120)};
   // Periodic checkpoints during training, each costing checkpoint_save of
   // stalled training; none when absent (a failure then loses everything since
   // the last restart).
