@@ -326,9 +326,11 @@ AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, co
   std::vector<RankPlan> logs;
   // torchrun recreates the attempt directory; a leftover of a crashed run must not mix in.
   fs::remove_all(attempt_dir);
+  fs::create_directories(attempt_dir);
   for (int lr = 0; lr < a.local_world_size; ++lr) {
     fs::path rank_dir = attempt_dir / std::to_string(lr);
-    fs::create_directories(rank_dir);
+    // One mkdir each: the attempt directory was just made, and it is empty.
+    fs::create_directory(rank_dir);
     eo.error_files.push_back((rank_dir / "error.json").string());
     logs.push_back(plan_rank_logs(config, rank_dir, lr, a.rank_offset + lr, node.host));
   }

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -13,23 +12,18 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "util/signals.hpp"
+
 namespace elasticrun::agent {
 namespace {
 
 constexpr const char* kNotAvailable = "<N/A>";
 
-// The name Python's signal.Signals gives a number, as torchrun prints it:
-// glibc's abbreviations except where Python's enum picks another alias, and
-// "<N/A>" for real-time signals other than SIGRTMIN and SIGRTMAX.
+// The name Python's signal.Signals gives a number, as torchrun prints it,
+// and "<N/A>" where Python has none (most real-time signals).
 std::string python_signal_name(int sig) {
-  if (sig == SIGIO) return "SIGIO";
-  if (sig == SIGABRT) return "SIGABRT";
-  if (sig == SIGCHLD) return "SIGCHLD";
-  if (sig == SIGRTMIN) return "SIGRTMIN";
-  if (sig == SIGRTMAX) return "SIGRTMAX";
-  if (sig > SIGRTMIN && sig < SIGRTMAX) return kNotAvailable;
-  const char* abbrev = ::sigabbrev_np(sig);
-  return abbrev ? std::string("SIG") + abbrev : kNotAvailable;
+  auto name = util::python_signal_name(sig);
+  return name ? std::string(*name) : kNotAvailable;
 }
 
 // Python's socket.getfqdn(), which torchrun prints: the first of the name

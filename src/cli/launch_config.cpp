@@ -1,7 +1,6 @@
 #include "cli/launch_config.hpp"
 
 #include <algorithm>
-#include <array>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -9,6 +8,7 @@
 #include <utility>
 
 #include "elasticrun/errors.hpp"
+#include "util/signals.hpp"
 #include "util/strings.hpp"
 
 namespace elasticrun::cli {
@@ -55,33 +55,6 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
     start = pos + 1;
   }
 }
-
-struct SignalName {
-  std::string_view name;
-  int signo;
-};
-
-// The names Python's signal module has on Linux; the first of two names for
-// one number (SIGABRT/SIGIOT) is the one signal_name prints.
-constexpr std::array kSignals = {
-    SignalName{"SIGHUP", SIGHUP},       SignalName{"SIGINT", SIGINT},
-    SignalName{"SIGQUIT", SIGQUIT},     SignalName{"SIGILL", SIGILL},
-    SignalName{"SIGTRAP", SIGTRAP},     SignalName{"SIGABRT", SIGABRT},
-    SignalName{"SIGIOT", SIGIOT},       SignalName{"SIGBUS", SIGBUS},
-    SignalName{"SIGFPE", SIGFPE},       SignalName{"SIGKILL", SIGKILL},
-    SignalName{"SIGUSR1", SIGUSR1},     SignalName{"SIGSEGV", SIGSEGV},
-    SignalName{"SIGUSR2", SIGUSR2},     SignalName{"SIGPIPE", SIGPIPE},
-    SignalName{"SIGALRM", SIGALRM},     SignalName{"SIGTERM", SIGTERM},
-    SignalName{"SIGSTKFLT", SIGSTKFLT}, SignalName{"SIGCHLD", SIGCHLD},
-    SignalName{"SIGCLD", SIGCHLD},      SignalName{"SIGCONT", SIGCONT},
-    SignalName{"SIGSTOP", SIGSTOP},     SignalName{"SIGTSTP", SIGTSTP},
-    SignalName{"SIGTTIN", SIGTTIN},     SignalName{"SIGTTOU", SIGTTOU},
-    SignalName{"SIGURG", SIGURG},       SignalName{"SIGXCPU", SIGXCPU},
-    SignalName{"SIGXFSZ", SIGXFSZ},     SignalName{"SIGVTALRM", SIGVTALRM},
-    SignalName{"SIGPROF", SIGPROF},     SignalName{"SIGWINCH", SIGWINCH},
-    SignalName{"SIGIO", SIGIO},         SignalName{"SIGPOLL", SIGPOLL},
-    SignalName{"SIGPWR", SIGPWR},       SignalName{"SIGSYS", SIGSYS},
-};
 
 nlohmann::ordered_json optional_json(const std::optional<std::string>& value) {
   return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json(nullptr);
@@ -242,11 +215,7 @@ int parse_signal(std::string_view what, std::string_view text) {
     if (signo < 1 || signo > SIGRTMAX) fail(what, text, "no such signal");
     return signo;
   }
-  for (const auto& sig : kSignals) {
-    if (sig.name == s) return sig.signo;
-  }
-  if (s == "SIGRTMIN") return SIGRTMIN;
-  if (s == "SIGRTMAX") return SIGRTMAX;
+  if (auto signo = util::parse_signal_name(s)) return *signo;
   fail(what, text, "unknown signal (names are spelled like SIGTERM or SIGUSR1)");
 }
 
@@ -265,10 +234,9 @@ std::vector<int> parse_signal_list(std::string_view what, std::string_view text)
 }
 
 std::string signal_name(int signo) {
-  for (const auto& sig : kSignals) {
-    if (sig.signo == signo) return std::string(sig.name);
-  }
+  // Python has names for SIGRTMIN and SIGRTMAX only; number them all alike.
   if (signo >= SIGRTMIN && signo <= SIGRTMAX) return "SIGRTMIN+" + std::to_string(signo - SIGRTMIN);
+  if (auto name = util::python_signal_name(signo)) return std::string(*name);
   return "signal " + std::to_string(signo);
 }
 

@@ -6,12 +6,19 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdint>
+#include <cstring>
+#include <iterator>
 
 namespace elasticrun::supervisor {
 namespace {
 
 constexpr int kMaxGroups = 65536;
+// One message: a pgid to watch, or its negation to retire it.
+constexpr size_t kMessageSize = sizeof(int32_t);
+// Messages per write: PIPE_BUF bytes, the most one atomic write carries.
+constexpr size_t kBatchBytes = PIPE_BUF;
 
 // Runs in the forked child: only async-signal-safe calls from here on.
 [[noreturn]] void watch(int read_fd) {
@@ -24,21 +31,32 @@ constexpr int kMaxGroups = 65536;
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   static pid_t groups[kMaxGroups];
   int count = 0;
-  int32_t msg;
+  // The agent writes whole messages of kMessageSize bytes, several at a
+  // time; a read may still end inside one, so a tail is carried over.
+  static char buf[kBatchBytes];
+  size_t have = 0;
   for (;;) {
-    ssize_t n = ::read(read_fd, &msg, sizeof(msg));
+    ssize_t n = ::read(read_fd, buf + have, sizeof(buf) - have);
     if (n < 0 && errno == EINTR) continue;
-    if (n != static_cast<ssize_t>(sizeof(msg))) break;  // EOF: the agent is gone
-    if (msg > 0) {
-      if (count < kMaxGroups) groups[count++] = msg;
-    } else {
-      for (int i = 0; i < count; ++i) {
-        if (groups[i] == -msg) {
-          groups[i] = groups[--count];
-          break;
+    if (n <= 0) break;  // EOF: the agent is gone
+    have += static_cast<size_t>(n);
+    size_t used = 0;
+    for (; have - used >= kMessageSize; used += kMessageSize) {
+      int32_t msg;
+      std::memcpy(&msg, buf + used, kMessageSize);
+      if (msg > 0) {
+        if (count < kMaxGroups) groups[count++] = msg;
+      } else {
+        for (int i = 0; i < count; ++i) {
+          if (groups[i] == -msg) {
+            groups[i] = groups[--count];
+            break;
+          }
         }
       }
     }
+    std::memmove(buf, buf + used, have - used);
+    have -= used;
   }
   for (int i = 0; i < count; ++i) ::kill(-groups[i], SIGKILL);
   ::_exit(0);
@@ -71,20 +89,31 @@ util::Status DeathWatch::start() {
   return util::Status::ok();
 }
 
-void DeathWatch::add(pid_t pgid) {
-  if (write_fd_ < 0 || pgid <= 0) return;
-  int32_t msg = pgid;
-  // A 4-byte write to a pipe is atomic; failure means the watch died, which
-  // the agent learns from SIGCHLD.
-  while (::write(write_fd_, &msg, sizeof(msg)) < 0 && errno == EINTR) {
-  }
+void DeathWatch::add(std::span<const pid_t> pgids) {
+  send(pgids, false);
 }
 
-void DeathWatch::remove(pid_t pgid) {
-  if (write_fd_ < 0 || pgid <= 0) return;
-  int32_t msg = -pgid;
-  while (::write(write_fd_, &msg, sizeof(msg)) < 0 && errno == EINTR) {
+void DeathWatch::remove(std::span<const pid_t> pgids) {
+  send(pgids, true);
+}
+
+void DeathWatch::send(std::span<const pid_t> pgids, bool retire) {
+  if (write_fd_ < 0) return;
+  int32_t batch[kBatchBytes / kMessageSize];
+  size_t n = 0;
+  auto flush = [&] {
+    // Writes of at most PIPE_BUF bytes to a pipe are atomic; failure means
+    // the watch died, which the agent learns from SIGCHLD.
+    while (n > 0 && ::write(write_fd_, batch, n * kMessageSize) < 0 && errno == EINTR) {
+    }
+    n = 0;
+  };
+  for (pid_t pgid : pgids) {
+    if (pgid <= 0) continue;
+    batch[n++] = retire ? -pgid : pgid;
+    if (n == std::size(batch)) flush();
   }
+  flush();
 }
 
 DeathWatch::~DeathWatch() {

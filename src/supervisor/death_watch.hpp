@@ -13,6 +13,8 @@
 
 #include <sys/types.h>
 
+#include <span>
+
 #include "util/result.hpp"
 
 namespace elasticrun::supervisor {
@@ -30,11 +32,19 @@ class DeathWatch {
   bool running() const { return pid_ > 0; }
   pid_t pid() const { return pid_; }
 
-  // Registers / retires a process group. Cheap (one small write); best effort.
-  void add(pid_t pgid);
-  void remove(pid_t pgid);
+  // Registers / retires process groups. Cheap: one small write per call,
+  // not per group, so that starting or retiring a node's workers wakes the
+  // watch once. Best effort.
+  void add(std::span<const pid_t> pgids);
+  void remove(std::span<const pid_t> pgids);
+  void add(pid_t pgid) { add(std::span<const pid_t>(&pgid, 1)); }
+  void remove(pid_t pgid) { remove(std::span<const pid_t>(&pgid, 1)); }
 
  private:
+  // Sends pgids, negated when retiring, in writes of at most PIPE_BUF bytes
+  // (each atomic, so a message is never split between two writes).
+  void send(std::span<const pid_t> pgids, bool retire);
+
   pid_t pid_ = -1;
   int write_fd_ = -1;
 };

@@ -1,21 +1,102 @@
 #include "supervisor/spawn.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
+#include <utility>
+
+#if defined(__SANITIZE_THREAD__)
+#define ELASTICRUN_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ELASTICRUN_TSAN 1
+#endif
+#endif
+
+// Where the child can run on the parent's memory (see ChildPlan): x86-64,
+// whose raw system calls are written out below, and not under
+// ThreadSanitizer, whose clone() interceptor treats every clone as a fork.
+#if defined(__x86_64__) && !defined(ELASTICRUN_TSAN)
+#define ELASTICRUN_SHARED_MEMORY_CHILD 1
+#else
+#define ELASTICRUN_SHARED_MEMORY_CHILD 0
+#endif
+
+// Code that runs in the child before exec: sanitizers must not instrument it
+// (their bookkeeping lives in memory the parent is using at the same time).
+#define ELASTICRUN_CHILD_CODE __attribute__((no_sanitize("address", "undefined")))
 
 namespace elasticrun::supervisor {
+
+// Everything the child needs between clone and exec, prepared by the parent.
+//
+// A forked child gets a copy of the parent's address space, and the exec
+// that follows throws the copy away: for a launcher that starts eight
+// workers at once, copying page tables and then taking copy-on-write faults
+// in both processes was about half of its own CPU time in a restart. So on x86-64
+// the child is cloned with CLONE_VM and runs on the parent's memory until
+// its exec, on a stack of its own, while the parent goes on to the next
+// worker (posix_spawn's CLONE_VFORK would stop the parent until the child
+// runs, which on a busy node costs a scheduling delay per worker). Sharing
+// the memory rules out more than a fork does: the child calls no library
+// function, only the system calls below, which return errors instead of
+// setting errno (the parent thread's errno, here). It reads this plan, writes
+// only its stack and script_argv, and the parent frees neither before the
+// child has exec'd or exited (PendingSpawn's report pipe tells).
+struct ChildPlan {
+  std::vector<std::string> strings;  // the copies that argv, envp and the rest point into
+  std::vector<char*> argv;
+  std::vector<char*> envp;
+  // execvpe's search, done by the parent: the paths to try in order.
+  std::vector<char*> candidates;
+  bool searched = false;  // candidates come from $PATH (execvpe's error rules apply)
+  int exec_error = 0;     // when set, the exec step fails with it at once
+  // {"/bin/sh", <candidate>, argv[1...], nullptr}: execvpe's fallback for a
+  // file the kernel cannot execute (a script without "#!").
+  std::vector<char*> script_argv;
+  // The arrays above as the child sees them: it calls no library code, not
+  // even std::vector's accessors.
+  char** child_argv = nullptr;
+  char** child_envp = nullptr;
+  char** child_candidates = nullptr;
+  char** child_script_argv = nullptr;
+  const char* cwd = nullptr;
+  int fds[3] = {-1, -1, -1};
+  int report_fd = -1;
+  int parent_death_signal = 0;
+  pid_t parent = -1;
+  long max_fd = 65536;
+  char* stack = nullptr;
+  size_t stack_size = 0;
+
+  ChildPlan() = default;
+  ChildPlan(const ChildPlan&) = delete;
+  ChildPlan& operator=(const ChildPlan&) = delete;
+  ~ChildPlan() {
+    if (stack) ::munmap(stack, stack_size);
+  }
+};
+
+void PendingSpawn::PlanDeleter::operator()(ChildPlan* plan) const {
+  delete plan;
+}
+
 namespace {
 
-// Between fork and exec only async-signal-safe calls are allowed: no
-// allocation, no locks, no logging. Errors go to the parent as (step, errno).
+// Between clone and exec the child makes system calls and nothing else (see
+// ChildPlan). Errors go to the parent as (step, errno).
 struct ChildError {
   int step;
   int err;
@@ -42,26 +123,236 @@ const char* step_name(int step) {
   }
 }
 
-[[noreturn]] void child_fail(int pipe_fd, int step) {
-  ChildError e{step, errno};
-  ssize_t ignored = ::write(pipe_fd, &e, sizeof(e));
-  (void)ignored;
-  ::_exit(127);
+// A system call that returns -errno on failure and touches no memory of
+// the process but its arguments.
+#if ELASTICRUN_SHARED_MEMORY_CHILD
+ELASTICRUN_CHILD_CODE [[gnu::always_inline]] inline long sys(long n, long a = 0, long b = 0,
+                                                             long c = 0, long d = 0) {
+  long ret;
+  register long r10 __asm__("r10") = d;
+  __asm__ volatile("syscall"
+                   : "=a"(ret)
+                   : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10)
+                   : "rcx", "r11", "memory");
+  return ret;
+}
+#else
+// With fork the child has its own errno, so libc's wrapper does.
+ELASTICRUN_CHILD_CODE long sys(long n, long a = 0, long b = 0, long c = 0, long d = 0) {
+  const long ret = ::syscall(n, a, b, c, d);
+  return ret < 0 ? -errno : ret;
+}
+#endif
+
+[[noreturn]] ELASTICRUN_CHILD_CODE void child_fail(const ChildPlan& p, int step, long err) {
+  ChildError e{step, static_cast<int>(-err)};
+  sys(SYS_write, p.report_fd, reinterpret_cast<long>(&e), sizeof(e));
+  for (;;) sys(SYS_exit_group, 127);
 }
 
-void close_other_fds(int keep) {
+ELASTICRUN_CHILD_CODE void close_other_fds(const ChildPlan& p) {
   // close_range(2) is Linux 5.9+; fall back to a loop on older kernels.
-#ifdef SYS_close_range
-  if (keep > 3) ::syscall(SYS_close_range, 3u, static_cast<unsigned>(keep - 1), 0u);
-  if (::syscall(SYS_close_range, static_cast<unsigned>(keep + 1), ~0u, 0u) == 0) return;
-#endif
-  long max = ::sysconf(_SC_OPEN_MAX);
-  for (int fd = 3; fd < max && fd < 65536; ++fd) {
-    if (fd != keep) ::close(fd);
+  const unsigned keep = static_cast<unsigned>(p.report_fd);
+  if (keep > 3) sys(SYS_close_range, 3, keep - 1, 0);
+  if (sys(SYS_close_range, keep + 1, ~0u, 0) == 0) return;
+  for (long fd = 3; fd < p.max_fd; ++fd) {
+    if (fd != static_cast<long>(keep)) sys(SYS_close, fd);
   }
 }
 
+// execvpe(3), minus its allocation and errno: the parent has made the list
+// of paths; the rules for which errors end the search are glibc's.
+[[noreturn]] ELASTICRUN_CHILD_CODE void child_exec(ChildPlan& p) {
+  if (p.exec_error != 0) child_fail(p, kExec, -p.exec_error);
+  long err = -ENOENT;
+  bool eacces = false;
+  for (char** path = p.child_candidates; *path != nullptr; ++path) {
+    err = sys(SYS_execve, reinterpret_cast<long>(*path), reinterpret_cast<long>(p.child_argv),
+              reinterpret_cast<long>(p.child_envp));
+    if (err == -ENOEXEC) {
+      p.child_script_argv[1] = *path;
+      err = sys(SYS_execve, reinterpret_cast<long>(p.child_script_argv[0]),
+                reinterpret_cast<long>(p.child_script_argv), reinterpret_cast<long>(p.child_envp));
+    }
+    if (!p.searched) break;
+    if (err == -EACCES) {
+      eacces = true;
+    } else if (err != -ENOENT && err != -ESTALE && err != -ENOTDIR && err != -ENODEV &&
+               err != -ETIMEDOUT) {
+      child_fail(p, kExec, err);
+    }
+  }
+  child_fail(p, kExec, eacces ? -EACCES : err);
+}
+
+// The child, from clone (or fork) to exec. Never returns.
+ELASTICRUN_CHILD_CODE int child_main(void* arg) {
+  ChildPlan& p = *static_cast<ChildPlan*>(arg);
+  // A session of its own, as torchrun's start_new_session: its own process
+  // group (pgid = pid) and no controlling terminal, so a Ctrl-C reaches
+  // the agent only and the agent decides what the workers get.
+  if (long r = sys(SYS_setsid); r < 0) child_fail(p, kSetpgid, r);
+  // The kernel's struct sigaction, all zero: SIG_DFL, no flags, empty mask,
+  // whatever the architecture's layout. The kernel's signal set is
+  // (NSIG - 1) bits; glibc's NSIG counts signal 0.
+  const unsigned long zeros[8] = {};
+  constexpr long kSigsetBytes = (NSIG - 1) / 8;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    sys(SYS_rt_sigaction, sig, reinterpret_cast<long>(zeros), 0, kSigsetBytes);
+  }
+  if (long r = sys(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(zeros), 0, kSigsetBytes);
+      r < 0) {
+    child_fail(p, kSignals, r);
+  }
+  if (p.parent_death_signal != 0) {
+    if (long r = sys(SYS_prctl, PR_SET_PDEATHSIG, p.parent_death_signal); r < 0) {
+      child_fail(p, kDeathSignal, r);
+    }
+    // The parent may have died between clone and prctl: then nobody will
+    // signal us, so act as if it had.
+    if (sys(SYS_getppid) != p.parent) child_fail(p, kOrphaned, -ESRCH);
+  }
+  for (int target = 0; target < 3; ++target) {
+    const int fd = p.fds[target];
+    if (fd < 0 || fd == target) continue;
+    if (long r = sys(SYS_dup3, fd, target, 0); r < 0) child_fail(p, kDup, r);
+  }
+  close_other_fds(p);
+  if (p.cwd != nullptr) {
+    if (long r = sys(SYS_chdir, reinterpret_cast<long>(p.cwd)); r < 0) child_fail(p, kChdir, r);
+  }
+  child_exec(p);
+}
+
+// glibc's execvpe without a '/' in the name: each entry of $PATH (or
+// confstr's "/bin:/usr/bin"), an empty entry meaning the current directory.
+void plan_search(ChildPlan& p, const std::string& file, std::vector<std::string>& paths) {
+  if (file.empty()) {
+    p.exec_error = ENOENT;
+    return;
+  }
+  if (file.find('/') != std::string::npos) {
+    paths.push_back(file);
+    return;
+  }
+  p.searched = true;
+  if (file.size() >= NAME_MAX) {
+    p.exec_error = ENAMETOOLONG;
+    return;
+  }
+  const char* env_path = std::getenv("PATH");
+  const std::string_view path = env_path ? env_path : "/bin:/usr/bin";
+  const size_t path_len = std::min(path.size(), static_cast<size_t>(PATH_MAX - 1)) + 1;
+  for (size_t start = 0;;) {
+    size_t end = path.find(':', start);
+    if (end == std::string_view::npos) end = path.size();
+    const std::string_view dir = path.substr(start, end - start);
+    if (dir.size() < path_len) {
+      paths.push_back(dir.empty() ? file : std::string(dir) + "/" + file);
+    }
+    if (end == path.size()) break;
+    start = end + 1;
+  }
+}
+
+std::unique_ptr<ChildPlan, PendingSpawn::PlanDeleter> make_plan(const SpawnSpec& spec) {
+  std::unique_ptr<ChildPlan, PendingSpawn::PlanDeleter> p(new ChildPlan);
+  std::vector<std::string> paths;
+  plan_search(*p, spec.argv[0], paths);
+  // Everything the child reads is copied: the caller may let spec go before
+  // the child has exec'd. Pointers are taken once no string moves any more.
+  auto& s = p->strings;
+  s.reserve(spec.argv.size() + spec.env.size() + paths.size() + 2);
+  s.insert(s.end(), spec.argv.begin(), spec.argv.end());
+  s.insert(s.end(), spec.env.begin(), spec.env.end());
+  s.insert(s.end(), paths.begin(), paths.end());
+  s.emplace_back("/bin/sh");
+  s.push_back(spec.cwd);
+  size_t i = 0;
+  for (size_t n = 0; n < spec.argv.size(); ++n) p->argv.push_back(s[i++].data());
+  p->argv.push_back(nullptr);
+  for (size_t n = 0; n < spec.env.size(); ++n) p->envp.push_back(s[i++].data());
+  p->envp.push_back(nullptr);
+  for (size_t n = 0; n < paths.size(); ++n) p->candidates.push_back(s[i++].data());
+  p->candidates.push_back(nullptr);
+  p->script_argv.push_back(s[i++].data());
+  p->script_argv.push_back(nullptr);  // the candidate, filled in by the child
+  p->script_argv.insert(p->script_argv.end(), p->argv.begin() + 1, p->argv.end());
+  if (!spec.cwd.empty()) p->cwd = s[i].data();
+  p->child_argv = p->argv.data();
+  p->child_envp = p->envp.data();
+  p->child_candidates = p->candidates.data();
+  p->child_script_argv = p->script_argv.data();
+  p->fds[0] = spec.stdin_fd;
+  p->fds[1] = spec.stdout_fd;
+  p->fds[2] = spec.stderr_fd;
+  p->parent_death_signal = spec.parent_death_signal;
+  p->parent = ::getpid();
+  const long open_max = ::sysconf(_SC_OPEN_MAX);
+  if (open_max > 0 && open_max < p->max_fd) p->max_fd = open_max;
+  return p;
+}
+
+// Starts the child on plan; returns its pid or -errno.
+pid_t start_child(ChildPlan& plan) {
+#if ELASTICRUN_SHARED_MEMORY_CHILD
+  // The child's stack, with an unmapped page below it so that an overflow
+  // faults instead of writing over the parent's memory.
+  constexpr size_t kStack = 64 * 1024;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  void* base =
+      ::mmap(nullptr, kStack + page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (base == MAP_FAILED) return -errno;
+  plan.stack = static_cast<char*>(base);
+  plan.stack_size = kStack + page;
+  if (::mprotect(plan.stack + page, kStack, PROT_READ | PROT_WRITE) != 0) return -errno;
+  const pid_t pid = ::clone(child_main, plan.stack + plan.stack_size, CLONE_VM | SIGCHLD, &plan);
+  return pid < 0 ? -errno : pid;
+#else
+  const pid_t pid = ::fork();
+  if (pid == 0) child_main(&plan);
+  return pid < 0 ? -errno : pid;
+#endif
+}
+
 }  // namespace
+
+PendingSpawn::PendingSpawn(PendingSpawn&& other) noexcept
+    : pid(other.pid),
+      report_fd(std::exchange(other.report_fd, -1)),
+      program(std::move(other.program)),
+      plan(std::move(other.plan)) {}
+
+PendingSpawn& PendingSpawn::operator=(PendingSpawn&& other) noexcept {
+  if (this != &other) {
+    wait_for_exec();
+    pid = other.pid;
+    report_fd = std::exchange(other.report_fd, -1);
+    program = std::move(other.program);
+    plan = std::move(other.plan);
+  }
+  return *this;
+}
+
+PendingSpawn::~PendingSpawn() {
+  wait_for_exec();
+}
+
+void PendingSpawn::wait_for_exec() {
+  if (report_fd < 0) return;
+  // Abandoned before finish_spawn: the child may still be running on the
+  // plan. The pipe reaches EOF only once the child has left our memory: its
+  // exec closes the write end after switching to the new program's, and an
+  // exit closes it after releasing ours.
+  char ignored[sizeof(ChildError)];
+  for (;;) {
+    const ssize_t n = ::read(report_fd, ignored, sizeof(ignored));
+    if (n == 0 || (n < 0 && errno != EINTR)) break;
+  }
+  ::close(report_fd);
+  report_fd = -1;
+}
 
 util::Result<pid_t> spawn(const SpawnSpec& spec) {
   auto pending = start_spawn(spec);
@@ -71,70 +362,32 @@ util::Result<pid_t> spawn(const SpawnSpec& spec) {
 
 util::Result<PendingSpawn> start_spawn(const SpawnSpec& spec) {
   if (spec.argv.empty()) return util::Status(EINVAL, "spawn: empty command");
-  // Everything the child needs is prepared before fork: it may not allocate.
-  std::vector<char*> argv;
-  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<char*> envp;
-  for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-
+  auto plan = make_plan(spec);
   int report[2];
   if (::pipe2(report, O_CLOEXEC) != 0) return util::Status(errno, "spawn: pipe2");
+  plan->report_fd = report[1];
 
-  // Block every signal across fork so that no handler of ours runs in the
-  // child before it resets dispositions, and the parent's process table
+  // Block every signal across the clone so that no handler of ours runs in
+  // the child before it resets dispositions, and the parent's process table
   // update below is not interrupted by SIGCHLD handling.
   sigset_t all, old;
   ::sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &old);
-  const pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(report[0]);
-    // A session of its own, as torchrun's start_new_session: its own process
-    // group (pgid = pid) and no controlling terminal, so a Ctrl-C reaches
-    // the agent only and the agent decides what the workers get.
-    if (::setsid() < 0) child_fail(report[1], kSetpgid);
-    for (int sig = 1; sig < NSIG; ++sig) {
-      if (sig == SIGKILL || sig == SIGSTOP) continue;
-      ::signal(sig, SIG_DFL);  // fails harmlessly for the RT signals glibc reserves
-    }
-    sigset_t none;
-    ::sigemptyset(&none);
-    if (::sigprocmask(SIG_SETMASK, &none, nullptr) != 0) child_fail(report[1], kSignals);
-    if (spec.parent_death_signal != 0) {
-      if (::prctl(PR_SET_PDEATHSIG, spec.parent_death_signal) != 0) {
-        child_fail(report[1], kDeathSignal);
-      }
-      // The parent may have died between fork and prctl: then nobody will
-      // signal us, so act as if it had.
-      if (::getppid() != parent) {
-        errno = ESRCH;
-        child_fail(report[1], kOrphaned);
-      }
-    }
-    const int fds[3] = {spec.stdin_fd, spec.stdout_fd, spec.stderr_fd};
-    for (int target = 0; target < 3; ++target) {
-      if (fds[target] >= 0 && fds[target] != target && ::dup2(fds[target], target) < 0) {
-        child_fail(report[1], kDup);
-      }
-    }
-    close_other_fds(report[1]);
-    if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) child_fail(report[1], kChdir);
-    ::execvpe(argv[0], argv.data(), envp.data());
-    child_fail(report[1], kExec);
-  }
-  const int fork_errno = errno;
+  const pid_t pid = start_child(*plan);
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   ::close(report[1]);
   if (pid < 0) {
     ::close(report[0]);
-    return util::Status(fork_errno, "spawn " + spec.argv[0] + ": fork");
+    return util::Status(static_cast<int>(-pid), "spawn " + spec.argv[0] + ": fork");
   }
   // No setpgid from this side: it would make the child a group leader and
   // its setsid() fail. The group exists once finish_spawn() returns.
-  return PendingSpawn{pid, report[0], spec.argv[0]};
+  PendingSpawn pending;
+  pending.pid = pid;
+  pending.report_fd = report[0];
+  pending.program = spec.argv[0];
+  pending.plan = std::move(plan);
+  return pending;
 }
 
 util::Result<pid_t> finish_spawn(PendingSpawn& pending) {
@@ -148,11 +401,16 @@ util::Result<pid_t> finish_spawn(PendingSpawn& pending) {
   pending.report_fd = -1;
   if (n == static_cast<ssize_t>(sizeof(e))) {
     // The child is exiting with 127 right after its report: collect it here so
-    // that a failed spawn leaves no zombie for the caller to account for.
+    // that a failed spawn leaves no zombie for the caller to account for, and
+    // so that it is off its stack before the plan goes.
     while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
+    pending.plan.reset();
     return util::Status(e.err, "spawn " + pending.program + ": " + step_name(e.step));
   }
+  // EOF: the child has exec'd (the write end closes once it runs the new
+  // program's memory) or died; either way it no longer reads the plan.
+  pending.plan.reset();
   return pid;
 }
 

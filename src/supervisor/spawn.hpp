@@ -7,11 +7,14 @@
 // when the agent is SIGKILLed), the given environment and standard streams,
 // and no other inherited descriptor. An exec failure is reported to the
 // parent synchronously through a close-on-exec pipe, so "no such file" is an
-// error from spawn(), not a mysterious exit code 127 later.
+// error from spawn(), not a mysterious exit code 127 later. On x86-64 the
+// child runs on the parent's memory until its exec instead of on a copy
+// (spawn.cpp, ChildPlan, says why and what that rules out).
 #pragma once
 
 #include <sys/types.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,13 +41,28 @@ struct SpawnSpec {
 util::Result<pid_t> spawn(const SpawnSpec& spec);
 
 // spawn() in two halves, so that many workers exec in parallel: start_spawn
-// forks and returns at once; finish_spawn waits until that child has exec'd
-// (or reports why it could not, reaping it). Every started spawn must be
-// finished.
+// starts the child and returns at once; finish_spawn waits until that child
+// has exec'd (or reports why it could not, reaping it). Every started spawn
+// should be finished; one that is dropped instead waits in its destructor
+// until the child has exec'd or exited, and leaves the child to be reaped.
+struct ChildPlan;
 struct PendingSpawn {
   pid_t pid = -1;
   int report_fd = -1;
   std::string program;
+  // What the child reads until its exec (it may share our memory till then).
+  struct PlanDeleter {
+    void operator()(ChildPlan* plan) const;
+  };
+  std::unique_ptr<ChildPlan, PlanDeleter> plan;
+
+  PendingSpawn() = default;
+  PendingSpawn(PendingSpawn&& other) noexcept;
+  PendingSpawn& operator=(PendingSpawn&& other) noexcept;
+  ~PendingSpawn();
+
+ private:
+  void wait_for_exec();
 };
 util::Result<PendingSpawn> start_spawn(const SpawnSpec& spec);
 util::Result<pid_t> finish_spawn(PendingSpawn& pending);

@@ -4,13 +4,14 @@
 #include <sys/wait.h>
 
 #include <cerrno>
-#include <cstring>
+
+#include "util/signals.hpp"
 
 namespace elasticrun::supervisor {
 
 std::string signal_name(int sig) {
-  const char* abbrev = ::sigabbrev_np(sig);
-  return abbrev ? std::string("SIG") + abbrev : std::to_string(sig);
+  auto name = util::signal_name(sig);
+  return name ? std::string(*name) : std::to_string(sig);
 }
 
 std::string WorkerExit::describe() const {
@@ -35,13 +36,18 @@ util::Status WorkerGroup::start(const std::vector<SpawnSpec>& specs) {
       failed_rank = i;
       break;
     }
-    pending.push_back(p.value());
+    pending.push_back(std::move(p).value());
   }
+  // Every child's pid is its process group's id: tell the death watch about
+  // all of them at once, before their execs, in one message.
+  std::vector<pid_t> pgids;
+  pgids.reserve(pending.size());
+  for (const auto& p : pending) pgids.push_back(p.pid);
+  if (watch_) watch_->add(pgids);
   for (size_t i = 0; i < pending.size(); ++i) {
     auto pid = finish_spawn(pending[i]);
     if (pid.is_ok()) {
       workers_.push_back(Worker{pid.value(), false});
-      if (watch_) watch_->add(pid.value());
     } else if (failure.is_ok()) {
       failure = pid.status();
       failed_rank = i;
@@ -54,7 +60,9 @@ util::Status WorkerGroup::start(const std::vector<SpawnSpec>& specs) {
     }
     w.exited = true;
   }
-  forget();
+  // The children whose exec failed were reaped by finish_spawn: their pids
+  // are free for others to take, so they leave the watch with the rest.
+  if (watch_) watch_->remove(pgids);
   workers_.clear();
   return util::Status(failure.err(),
                       "local rank " + std::to_string(failed_rank) + ": " + failure.context());
@@ -107,9 +115,11 @@ size_t WorkerGroup::running() const {
 }
 
 void WorkerGroup::forget() {
-  if (watch_) {
-    for (const auto& w : workers_) watch_->remove(w.pid);
-  }
+  if (!watch_) return;
+  std::vector<pid_t> pgids;
+  pgids.reserve(workers_.size());
+  for (const auto& w : workers_) pgids.push_back(w.pid);
+  watch_->remove(pgids);
 }
 
 }  // namespace elasticrun::supervisor

@@ -68,7 +68,7 @@ class WorkerGroup {
   std::vector<WorkerExit> exits_;
 };
 
-// Name of a signal ("SIGTERM"), or its number as text.
+// glibc's name of a signal ("SIGTERM"), or its number as text.
 std::string signal_name(int sig);
 
 }  // namespace elasticrun::supervisor
