@@ -6,7 +6,7 @@
 // here reaps what it started before it returns; the guards below kill and reap
 // on the way out of a failed assertion too. Workers are small /bin/sh scripts.
 //
-// Every wait is a bounded poll (kPatience). It is a bound, not a measurement:
+// Every wait is a bounded poll (kChildPatience). It is a bound, not a measurement:
 // it only turns a hang into a failure with a message.
 #include <fcntl.h>
 #include <poll.h>
@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "process_helpers.hpp"
 #include "supervisor/death_watch.hpp"
 #include "supervisor/log_pump.hpp"
 #include "supervisor/spawn.hpp"
@@ -43,43 +44,7 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-constexpr std::chrono::seconds kPatience{30};
-const std::string kPath = "PATH=/usr/local/bin:/usr/bin:/bin";
-
-using TempDir = elasticrun::test::TempDir;
-
-class UniqueFd {
- public:
-  explicit UniqueFd(int fd = -1) : fd_(fd) {}
-  ~UniqueFd() { reset(); }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  int get() const { return fd_; }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
-}
-
-int open_append(const std::string& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error("open " + path + ": " + strerror(errno));
-  return fd;
-}
+using namespace elasticrun::test;  // NOLINT: test helpers
 
 void write_all(int fd, const std::string& data) {
   size_t done = 0;
@@ -96,17 +61,6 @@ std::vector<std::string> split_lines(const std::string& text) {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   return lines;
-}
-
-// Polls pred until it holds or kPatience has passed.
-template <typename Pred>
-bool eventually(Pred pred) {
-  const auto deadline = std::chrono::steady_clock::now() + kPatience;
-  for (;;) {
-    if (pred()) return true;
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
 }
 
 // True once pid no longer runs: it is gone, or it is a zombie that its parent
@@ -126,47 +80,6 @@ bool process_gone(pid_t pid) {
 std::optional<pid_t> read_pid_file(const std::string& path) {
   if (!eventually([&] { return fs::exists(path); })) return std::nullopt;
   return static_cast<pid_t>(std::stol(slurp(path)));
-}
-
-// A direct child: kill()ed and reaped on scope exit unless already reaped.
-class Child {
- public:
-  explicit Child(pid_t pid) : pid_(pid) {}
-  ~Child() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
-    }
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-  pid_t pid() const { return pid_; }
-
-  // Reaps the child; its wait status, or nothing if it did not exit in time.
-  std::optional<int> wait() {
-    int status = 0;
-    pid_t got = -1;
-    bool done = eventually([&] {
-      got = ::waitpid(pid_, &status, WNOHANG);
-      return got == pid_ || (got < 0 && errno != EINTR);
-    });
-    if (!done || got != pid_) return std::nullopt;
-    pid_ = -1;
-    return status;
-  }
-
- private:
-  pid_t pid_;
-};
-
-std::optional<int> exit_code(const std::optional<int>& status) {
-  if (!status || !WIFEXITED(*status)) return std::nullopt;
-  return WEXITSTATUS(*status);
-}
-
-std::optional<int> term_signal(const std::optional<int>& status) {
-  if (!status || !WIFSIGNALED(*status)) return std::nullopt;
-  return WTERMSIG(*status);
 }
 
 // Kills a process this test does not parent (a worker's child) and whatever
@@ -215,13 +128,6 @@ class GroupGuard {
   sv::WorkerGroup& group_;
 };
 
-sv::SpawnSpec shell(const std::string& script, std::vector<std::string> env = {kPath}) {
-  sv::SpawnSpec s;
-  s.argv = {"/bin/sh", "-c", script};
-  s.env = std::move(env);
-  return s;
-}
-
 // A script file in dir, run by /bin/sh with dir as its working directory.
 sv::SpawnSpec script_in(const TempDir& dir, const std::string& name, const std::string& text) {
   write_text(dir / name, text);
@@ -243,12 +149,6 @@ uint64_t status_mask(const std::string& status_text, const std::string& field) {
 
 uint64_t bit(int sig) {
   return uint64_t{1} << (sig - 1);
-}
-
-// No child of this process is left, running or zombie.
-bool no_children_left() {
-  errno = 0;
-  return ::waitpid(-1, nullptr, WNOHANG) == -1 && errno == ECHILD;
 }
 
 }  // namespace
@@ -690,7 +590,7 @@ std::optional<AgentPids> read_report(int fd) {
   AgentPids pids;
   size_t got = 0;
   auto* p = reinterpret_cast<char*>(&pids);
-  const auto deadline = std::chrono::steady_clock::now() + kPatience;
+  const auto deadline = std::chrono::steady_clock::now() + kChildPatience;
   while (got < sizeof(pids)) {
     pollfd pfd{fd, POLLIN, 0};
     if (std::chrono::steady_clock::now() > deadline) return std::nullopt;
