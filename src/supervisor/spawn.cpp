@@ -126,7 +126,7 @@ const char* step_name(int step) {
 // A system call that returns -errno on failure and touches no memory of
 // the process but its arguments.
 #if ELASTICRUN_SHARED_MEMORY_CHILD
-ELASTICRUN_CHILD_CODE [[gnu::always_inline]] inline long sys(long n, long a = 0, long b = 0,
+[[gnu::always_inline]] ELASTICRUN_CHILD_CODE inline long sys(long n, long a = 0, long b = 0,
                                                              long c = 0, long d = 0) {
   long ret;
   register long r10 __asm__("r10") = d;
