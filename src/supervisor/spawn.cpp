@@ -35,8 +35,11 @@
 #endif
 
 // Code that runs in the child before exec: sanitizers must not instrument it
-// (their bookkeeping lives in memory the parent is using at the same time).
-#define ELASTICRUN_CHILD_CODE __attribute__((no_sanitize("address", "undefined")))
+// (their bookkeeping lives in memory the parent is using at the same time),
+// and no stack-protector check may call __stack_chk_fail, a libc function,
+// on a stack that is not a thread's.
+#define ELASTICRUN_CHILD_CODE \
+  __attribute__((no_sanitize("address", "undefined"), no_stack_protector))
 
 namespace elasticrun::supervisor {
 
@@ -194,8 +197,9 @@ ELASTICRUN_CHILD_CODE int child_main(void* arg) {
   if (long r = sys(SYS_setsid); r < 0) child_fail(p, kSetpgid, r);
   // The kernel's struct sigaction, all zero: SIG_DFL, no flags, empty mask,
   // whatever the architecture's layout. The kernel's signal set is
-  // (NSIG - 1) bits; glibc's NSIG counts signal 0.
-  const unsigned long zeros[8] = {};
+  // (NSIG - 1) bits; glibc's NSIG counts signal 0. Static, so that no
+  // compiler fills it with a call to memset (clang does at -O0).
+  static constexpr unsigned long zeros[8] = {};
   constexpr long kSigsetBytes = (NSIG - 1) / 8;
   for (int sig = 1; sig < NSIG; ++sig) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
@@ -369,7 +373,10 @@ util::Result<PendingSpawn> start_spawn(const SpawnSpec& spec) {
 
   // Block every signal across the clone so that no handler of ours runs in
   // the child before it resets dispositions, and the parent's process table
-  // update below is not interrupted by SIGCHLD handling.
+  // update below is not interrupted by SIGCHLD handling. glibc keeps its
+  // SIGCANCEL and SIGSETXID unblocked whatever we ask; their handlers return
+  // at once for a signal the process did not send itself, which the child
+  // never does, and the child resets them with the rest.
   sigset_t all, old;
   ::sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &old);
