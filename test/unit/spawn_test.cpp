@@ -148,6 +148,16 @@ TEST_CASE("an empty PATH entry stands for the working directory the child runs i
   CHECK(output_of(s, dir) == "here\n");
 }
 
+TEST_CASE("a program name of NAME_MAX bytes is found in PATH", "[spawn]") {
+  TempDir dir;
+  const std::string name(NAME_MAX, 'p');
+  make_file(dir / "bin/" + name, "echo long\n", kExecutable);
+  ScopedPath path(dir / "bin");
+  sv::SpawnSpec s;
+  s.argv = {name};
+  CHECK(output_of(s, dir) == "long\n");
+}
+
 TEST_CASE("spawning with a working directory that is a file fails with ENOTDIR from chdir",
           "[spawn]") {
   TempDir dir;
