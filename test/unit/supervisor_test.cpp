@@ -704,6 +704,40 @@ TEST_CASE("a group removed from the death watch is left alone when the watch clo
   CHECK(exits[0].term_signal == SIGTERM);
 }
 
+// The agent sends a node's groups in one call; more than PIPE_BUF bytes of
+// them take several writes, and the watch may read one write in pieces.
+TEST_CASE("the death watch keeps every group of a batch larger than one atomic pipe write",
+          "[supervisor]") {
+  auto watch = std::make_unique<sv::DeathWatch>();
+  REQUIRE(watch->start().is_ok());
+  sv::SpawnSpec s;
+  s.argv = {"/bin/sleep", "100"};
+  sv::WorkerGroup group;  // no watch of its own: the test registers its groups
+  REQUIRE(group.start({s, s}).is_ok());
+  GroupGuard guard(group);
+  // Padding: ids above any pid_max, so no process leads such a group and the
+  // watch's SIGKILL to them reaches nobody.
+  std::vector<pid_t> added, removed;
+  for (pid_t i = 0; i < 3000; ++i) added.push_back((pid_t{1} << 30) + i);
+  removed = added;
+  added.push_back(group.pid(0));
+  added.push_back(group.pid(1));
+  removed.push_back(group.pid(0));
+  watch->add(added);
+  watch->remove(removed);
+
+  watch.reset();
+  // Rank 1, still registered, died of the watch's SIGKILL; rank 0, removed
+  // after 3000 others, lives until the SIGTERM sent now.
+  group.signal_all(SIGTERM);
+  auto exits = reap_all(group);
+  REQUIRE(exits.size() == 2);
+  for (const auto& e : exits) {
+    INFO("local rank " << e.local_rank);
+    CHECK(e.term_signal == (e.local_rank == 0 ? SIGTERM : SIGKILL));
+  }
+}
+
 // ---------------------------------------------------------------------------
 // LogPump
 
