@@ -368,6 +368,19 @@ util::Result<PendingSpawn> start_spawn(const SpawnSpec& spec) {
   auto plan = make_plan(spec);
   int report[2];
   if (::pipe2(report, O_CLOEXEC) != 0) return util::Status(errno, "spawn: pipe2");
+  // An agent started with 0, 1 or 2 closed gets them back here. The child's
+  // redirects would then replace the write end: the parent would read EOF
+  // as an exec, lose the error, and free the plan the child still runs on.
+  if (report[1] < 3) {
+    const int moved = ::fcntl(report[1], F_DUPFD_CLOEXEC, 3);
+    const int err = errno;
+    ::close(report[1]);
+    if (moved < 0) {
+      ::close(report[0]);
+      return util::Status(err, "spawn: fcntl(F_DUPFD_CLOEXEC)");
+    }
+    report[1] = moved;
+  }
   plan->report_fd = report[1];
 
   // Block every signal across the clone so that no handler of ours runs in

@@ -5,6 +5,7 @@
 // supervisor_test.cpp.
 #include "supervisor/spawn.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -248,4 +249,31 @@ TEST_CASE("spawns from several threads at once each run their own program with o
     for (const auto& e : errors[t]) WARN(e);
   }
   CHECK(no_children_left());
+}
+
+// An agent started with its standard descriptors closed gets them back from
+// open and pipe2. The report pipe's write end must then not sit on 0, 1 or
+// 2, where the child's redirects would replace it: the parent would read
+// EOF as an exec and free what the child still runs on.
+TEST_CASE("a parent whose standard descriptors are closed still gets the child's exec error",
+          "[spawn]") {
+  TempDir dir;
+  const std::string log = dir / "log";
+  const pid_t helper = ::fork();
+  REQUIRE(helper >= 0);
+  if (helper == 0) {
+    ::close(0);
+    ::close(1);
+    ::close(2);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);  // takes 0
+    sv::SpawnSpec s;
+    s.argv = {"/nonexistent/elasticrun-no-such-program"};
+    s.stdout_fd = fd;
+    s.stderr_fd = fd;
+    auto pid = sv::spawn(s);
+    ::_exit(fd == 0 && !pid.is_ok() && pid.status().err() == ENOENT ? 0 : 1);
+  }
+  Child child(helper);
+  CHECK(exit_code(child.wait()) == 0);
+  CHECK(slurp(log).empty());
 }
