@@ -1,0 +1,100 @@
+"""examples/cpp/train_elastic.cpp, the libtorch twin of
+examples/python/train_elastic.py, unchanged under torchrun and elasticrun:
+it trains, checkpoints in the C++ format (docs/checkpoint-format.md) and
+resumes at another world size with the same global batch, every sample of
+the epoch used once, and the losses of a run that never stopped.
+
+The example links libtorch, so it lives in the plain libtorch build;
+scripts/test.sh builds it and exports $CPP_TRAIN_ELASTIC. Unset, these tests
+skip, except under CI.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from conftest import optional_binary
+from launcher_fixtures import (
+    RUN_TIMEOUT_S,
+    elasticrun,  # noqa: F401 (fixture)
+    launcher_env,
+    marker,  # noqa: F401 (fixture)
+    torchrun,  # noqa: F401 (fixture)
+)
+
+GLOBAL_BATCH = 48
+
+
+@pytest.fixture(scope="session")
+def train_elastic() -> Path:
+    return optional_binary("CPP_TRAIN_ELASTIC", "scripts/test.sh builds examples/cpp",
+                           "the C++ training example")
+
+
+def train(procs, marker, launcher: list, binary: Path, tmp_path: Path, name: str,
+          ckpt: Path, log: Path, steps: int, stop_at: int | None = None):
+    """Trains to `steps` (the learning-rate schedule's length), or stops at
+    `stop_at` with a checkpoint."""
+    env = launcher_env(marker, tmp_path / "tmp", OMP_NUM_THREADS="1")
+    stop = ["--stop-at", str(stop_at)] if stop_at else []
+    proc = procs.spawn([*launcher, "--no-python", binary, "--ckpt", ckpt, "--steps", str(steps),
+                        "--save-every", "10", "--step-log", log, *stop], name, env=env)
+    assert proc.wait(RUN_TIMEOUT_S) == 0, proc.describe()
+    end = f"stopped: {stop_at}" if stop_at else f"done: {steps}"
+    assert f"[train] {end} steps" in proc.stdout(), proc.describe()
+    return proc
+
+
+def steps_logged(log: Path) -> dict[int, list[dict]]:
+    """Every rank's line of each step, by step."""
+    out: dict[int, list[dict]] = {}
+    for path in sorted(log.glob("steps.rank*.jsonl")):
+        for line in path.read_text().splitlines():
+            entry = json.loads(line)
+            out.setdefault(entry["step"], []).append(entry)
+    return out
+
+
+def test_the_cpp_example_resumes_at_another_world_size_as_if_it_had_never_stopped(
+    procs, marker, torchrun, train_elastic, tmp_path  # noqa: F811
+):
+    resized, straight = tmp_path / "resized", tmp_path / "straight"
+    train(procs, marker, [torchrun, "--standalone", "--nproc-per-node", "2"], train_elastic,
+          tmp_path, "torchrun-w2", resized / "ckpt", resized / "log", 30, stop_at=20)
+    again = train(procs, marker, [torchrun, "--standalone", "--nproc-per-node", "1"],
+                  train_elastic, tmp_path, "torchrun-w1", resized / "ckpt", resized / "log", 30)
+    assert "world size 1, from step 20" in again.stdout(), again.describe()
+    train(procs, marker, [torchrun, "--standalone", "--nproc-per-node", "1"], train_elastic,
+          tmp_path, "torchrun-straight", straight / "ckpt", straight / "log", 30)
+
+    got, want = steps_logged(resized / "log"), steps_logged(straight / "log")
+    assert sorted(got) == sorted(want) == list(range(1, 31))
+    seen: list[int] = []
+    for step in range(1, 31):
+        ranks = got[step]
+        assert [e["world"] for e in ranks] == [2 if step <= 20 else 1] * len(ranks), step
+        # Every rank logs the same all-reduced loss; the global batch is constant.
+        assert len({e["loss"] for e in ranks}) == 1, ranks
+        indices = [i for e in ranks for i in e["indices"]]
+        assert len(indices) == GLOBAL_BATCH and all(e["global_batch"] == GLOBAL_BATCH for e in ranks)
+        # The same samples in the same step as the run that never resized ...
+        assert sorted(indices) == sorted(want[step][0]["indices"]), step
+        seen += indices
+        # ... and the same loss, up to the order of the float sums.
+        assert math.isclose(ranks[0]["loss"], want[step][0]["loss"], rel_tol=1e-4), step
+    assert len(seen) == len(set(seen)) == 30 * GLOBAL_BATCH  # within the epoch, each sample once
+    assert (resized / "ckpt" / "latest").read_text() == "step_000000030\n"
+
+
+def test_the_cpp_example_runs_unchanged_under_elasticrun(
+    procs, marker, elasticrun, train_elastic, tmp_path  # noqa: F811
+):
+    train(procs, marker, [elasticrun, "--standalone", "--nproc-per-node", "2"], train_elastic,
+          tmp_path, "elasticrun", tmp_path / "ckpt", tmp_path / "log", 12)
+    logged = steps_logged(tmp_path / "log")
+    assert sorted(logged) == list(range(1, 13)) and all(len(v) == 2 for v in logged.values())
+    assert (tmp_path / "ckpt" / "latest").read_text() == "step_000000012\n"
