@@ -26,6 +26,7 @@
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <elasticrun/batch.hpp>
@@ -40,6 +41,7 @@
 #include <nlohmann/json.hpp>
 #include <numbers>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "process_group.hpp"
@@ -61,6 +63,7 @@ struct Options {
   std::int64_t save_every = 25;
   std::filesystem::path log;
   std::int64_t stop_at = -1;  // save and exit at this step, as if stopped (resume tests)
+  std::int64_t step_ms = 0;   // pause per step (demo and test pacing)
 };
 
 std::vector<std::int64_t> parse_list(const std::string& v) {
@@ -87,6 +90,7 @@ Options parse(int argc, char** argv) {
       {"--save-every", [&](const std::string& v) { o.save_every = std::stoll(v); }},
       {"--step-log", [&](const std::string& v) { o.log = v; }},
       {"--stop-at", [&](const std::string& v) { o.stop_at = std::stoll(v); }},
+      {"--step-ms", [&](const std::string& v) { o.step_ms = std::stoll(v); }},
   };
   for (int i = 1; i < argc; i += 2) {
     const auto it = flags.find(argv[i]);
@@ -271,6 +275,7 @@ int run(int argc, char** argv) {
       return 0;
     }
     if (step % opt.save_every == 0) save(ckpt, step, model, sampler, rank, world);
+    if (opt.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(opt.step_ms));
   }
   if (step % opt.save_every != 0) save(ckpt, step, model, sampler, rank, world);
   if (rank == 0) {
