@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -125,6 +126,45 @@ def test_every_rank_writes_a_shard_and_replicated_tensors_are_written_once(ckpt_
     names = [{t["name"] for t in json.loads((step / f"shard_0000{r}.json").read_text())["tensors"]}
              for r in (0, 1)]
     assert names == [set(SHARDED + REPLICATED), set(SHARDED)]
+
+
+def crc32c(data: bytes) -> int:
+    """CRC32C as docs/checkpoint-format.md defines it, bit by bit."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def test_the_files_are_laid_out_as_the_format_document_says(ckpt_tool, tmp_path):
+    assert crc32c(b"123456789") == 0xE3069283
+    root = tmp_path / "ckpt"
+    save(ckpt_tool, root, 3, 2, extra='{"seed": 9}')
+    step = root / "step_000000003"
+    manifest = json.loads((step / "checkpoint.json").read_text())
+    assert manifest == {"format": "elasticrun-tensor-checkpoint", "version": 1, "step": 3,
+                        "world_size": 2, "extra": {"seed": 9}}
+    formats = {"float32": "f", "int64": "q", "float64": "d", "int32": "i"}
+    for rank in (0, 1):
+        meta = json.loads((step / f"shard_{rank:05d}.json").read_text())
+        data = (step / meta["data"]).read_bytes()
+        offset = 0
+        for t in meta["tensors"]:
+            # Records follow each other with no padding, each with its CRC32C.
+            assert t["offset"] == offset
+            chunk = data[offset:offset + t["bytes"]]
+            offset += t["bytes"]
+            assert crc32c(chunk) == t["crc32c"], t["name"]
+            shape, values = expected(t["name"], 3)
+            assert t["shape"] == shape
+            if t["dtype"] in formats:  # row-major, little-endian
+                row = len(values) // (shape[0] if shape else 1)
+                begin, end = t["rows"]
+                got = struct.unpack(f"<{len(chunk) // t['element_size']}{formats[t['dtype']]}", chunk)
+                assert list(got) == values[begin * row:end * row], t["name"]
+        assert offset == len(data)
 
 
 # --- corruption
