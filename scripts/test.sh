@@ -16,15 +16,19 @@ cmake --preset tsan >/dev/null
 cmake --build --preset tsan -j "$jobs" --target unit_tests
 ctest --preset tsan -R '^unit$'
 
-# The C++ worker example (examples/cpp) links libtorch, which is not built
-# with sanitizers, so it gets a plain release build of its own; the
-# integration suite runs it under elasticrun and torchrun.
+# The C++ examples (examples/cpp) and the checkpoint format's test
+# tool (ckpt_tool, over src/ckpt/torch) link libtorch, which is not built
+# with sanitizers, so they get a plain release build of their own; the
+# integration suite runs the examples under elasticrun and torchrun and
+# drives the tool (test_checkpoint_cpp.py).
 torch_cmake=$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')
 cmake -S . -B build/torch-examples -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_cmake" -DELASTICRUN_WITH_TORCH=ON \
   -DELASTICRUN_BUILD_TESTS=OFF -DELASTICRUN_BUILD_BENCH=OFF >/dev/null
-cmake --build build/torch-examples -j "$jobs" --target allreduce_worker
+cmake --build build/torch-examples -j "$jobs" --target allreduce_worker train_elastic ckpt_tool
 export CPP_ALLREDUCE_WORKER=$PWD/build/torch-examples/examples/cpp/allreduce_worker
+export CPP_TRAIN_ELASTIC=$PWD/build/torch-examples/examples/cpp/train_elastic
+export CPP_CKPT_TOOL=$PWD/build/torch-examples/ckpt_tool
 
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs"

@@ -47,6 +47,22 @@ def _binary(env_var: str, default: str) -> Path:
     return path
 
 
+def optional_binary(env_var: str, built_by: str, what: str) -> Path:
+    """A binary the sanitized build does not make (it links libtorch): the
+    test skips when $env_var is unset, except under CI, where that is a
+    broken build."""
+    value = os.environ.get(env_var)
+    if not value:
+        reason = f"{env_var} is not set ({built_by} and sets it)"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason}; CI is set, so {what} must be tested", pytrace=False)
+        pytest.skip(reason)
+    path = Path(value)
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"{env_var}: {path} is not an executable", pytrace=False)
+    return path
+
+
 @pytest.fixture(scope="session")
 def elasticctl() -> Path:
     return _binary("ELASTICCTL", "build/dev/elasticctl")

@@ -11,12 +11,12 @@ these tests skip, except under CI, where a missing worker is a broken build.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import pytest
 
+from conftest import optional_binary
 from launcher_fixtures import (
     RUN_TIMEOUT_S,
     elasticrun,  # noqa: F401 (fixture)
@@ -31,16 +31,8 @@ OK_LINE = re.compile(r"^rank (\d+)/(\d+) allreduce=(\d+) ok$", re.MULTILINE)
 
 @pytest.fixture(scope="session")
 def cpp_worker() -> Path:
-    value = os.environ.get("CPP_ALLREDUCE_WORKER")
-    if not value:
-        reason = "CPP_ALLREDUCE_WORKER is not set (scripts/test.sh builds examples/cpp and sets it)"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason}; CI is set, so the C++ worker must be tested", pytrace=False)
-        pytest.skip(reason)
-    path = Path(value)
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"CPP_ALLREDUCE_WORKER: {path} is not an executable", pytrace=False)
-    return path
+    return optional_binary("CPP_ALLREDUCE_WORKER", "scripts/test.sh builds examples/cpp",
+                           "the C++ worker")
 
 
 def ok_ranks(output: str, world_size: int) -> list[int]:

@@ -1,0 +1,14 @@
+// CRC32C (Castagnoli), the checksum of every record in a checkpoint shard.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace elasticrun::ckpt {
+
+// The CRC32C of `data`, continuing from `crc` (0 to start). crc32c("123456789")
+// is 0xE3069283.
+std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t crc = 0);
+
+}  // namespace elasticrun::ckpt
