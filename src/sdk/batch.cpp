@@ -42,6 +42,7 @@ Sizes sorted_sizes(const std::vector<int64_t>& micro_batch_sizes) {
 // fewer d-coins replace it), so the others sum to at most (d-1)^2: a table
 // that far, then d-coins for the rest.
 std::optional<Sizes> fewest_coins(int64_t amount, const Sizes& coins) {
+  if (coins.empty()) return std::nullopt;
   const int64_t d = coins.back();
   const size_t n_small = coins.size() - 1;
   const int64_t limit = n_small > 0 ? (d - 1) * (d - 1) : 0;
