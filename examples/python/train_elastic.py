@@ -18,16 +18,17 @@ loss), which examples/python/elastic_demo.py checks and plots.
 
 With --events DIR each process appends timing records to
 DIR/events.<pid>.jsonl, one JSON object a line, all times time.time():
-"init" (the script's start, process group ready, checkpoint load, world
-size, generation, restart count, and "attempt", rank 0's start time shared
-by all ranks of one set of workers), "step" (start and end of each
-optimizer step), "save" (each checkpoint: periodic, resize or final),
-"usr1" (the agent's scale-event signal arrived), "error" (the training loop
-raised, e.g. a peer died in a collective) and "exit". bench/churn/
-accounts for a run's wall time from them. --sample-s stands in for compute
-that scales with the data: each rank pauses that long per local sample
-inside every step, so a larger world makes steps shorter without keeping
-the CPU busy.
+"start" (the script's start and its process group ready; every record
+from here on carries rank, world size, generation, restart count and
+"attempt", rank 0's start time, shared by all ranks of one set of
+workers), "init" (checkpoint load begun, training about to begin), "step"
+(start and end of each optimizer step), "save" (each checkpoint: periodic,
+resize or final), "usr1" (the agent's scale-event signal arrived), "error"
+(the training loop raised, e.g. a peer died in a collective) and "exit".
+bench/churn/ accounts for a run's wall time from them. --sample-s stands
+in for compute that scales with the data: each rank pauses that long per
+local sample inside every step, so a larger world makes steps shorter
+without keeping the CPU busy.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import time
 T_START = time.time()  # before torch is imported: a restart's cost starts here
 
 import argparse
+import datetime
 import json
 import os
 import signal
@@ -112,6 +114,9 @@ def main() -> int:
     p.add_argument("--events", type=Path, help="directory for per-process timing records")
     p.add_argument("--sample-s", type=float, default=0.0,
                    help="pause per local sample in each step (compute stand-in)")
+    p.add_argument("--pg-timeout", type=float,
+                   help="seconds a collective or the process group's start may wait "
+                        "(default: PyTorch's)")
     args = p.parse_args()
     events = EventLog(args.events)
     events.on_usr1()
@@ -125,13 +130,15 @@ def main() -> int:
 def train(args, events: EventLog) -> int:
     elasticrun.attach()  # SIGUSR1 and the control block, under elasticrun
     use_cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if use_cuda else "gloo")
+    timeout = {"timeout": datetime.timedelta(seconds=args.pg_timeout)} if args.pg_timeout else {}
+    dist.init_process_group("nccl" if use_cuda else "gloo", **timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if use_cuda else "cpu")
     generation = int(os.environ.get("ELASTICRUN_GENERATION", "0"))
     t_pg = time.time()
     events.fields.update(rank=rank, world=world, gen=generation, attempt=events.attempt(rank),
                          restart=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+    events("start", t0=T_START, t_pg=t_pg)
 
     torch.manual_seed(args.seed)
     x, y = synthetic_data(args.dataset, 16, args.seed)
@@ -153,7 +160,7 @@ def train(args, events: EventLog) -> int:
         step = state["step"]
         sampler.load_state_dict(state["sampler"])
     sampler.set_world(rank, world, plan)
-    events("init", t0=T_START, t_pg=t_pg, t_load=t_load, t1=time.time(), from_step=step)
+    events("init", t_load=t_load, t1=time.time(), from_step=step)
     if rank == 0:
         print(f"[train] generation {generation}: world size {world}, from step {step}, "
               f"{plan.describe()}", flush=True)
