@@ -517,8 +517,11 @@ METHOD = [
     "leaves while the next round's workers start: its agents watch only their own workers, which "
     "wait in init_process_group for a rank that never comes. A run whose workers write nothing "
     "for `--stall-s` seconds is stopped and reported as hung.",
-    "One run per launcher on a shared 2-CPU machine: expect run-to-run spread of a few percent; "
-    "the import of torch (seconds here) dominates each restart on both sides.",
+    "One run per launcher, one after the other, on a 2-CPU machine shared with other work whose "
+    "load moved between about 3 and 8 during these runs: the runs listed above differ by up to 6 "
+    "points of goodput per launcher, mostly in how long worker starts took. Compare the ratios "
+    "with that in mind; the launcher's own part of a recovery (detection, rendezvous) is the "
+    "steadier figure.",
 ]
 
 
