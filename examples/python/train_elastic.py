@@ -15,15 +15,34 @@ last checkpoint) and under elasticrun:
 With --log DIR each rank appends one JSON line per step to
 DIR/steps.rank<R>.jsonl (the step, the world size, its sample indices, the
 loss), which examples/python/elastic_demo.py checks and plots.
+
+With --events DIR each process appends timing records to
+DIR/events.<pid>.jsonl, one JSON object a line, all times time.time():
+"start" (the script's start and its process group ready; every record
+from here on carries rank, world size, generation, restart count and
+"attempt", rank 0's start time, shared by all ranks of one set of
+workers), "init" (checkpoint load begun, training about to begin), "step"
+(start and end of each optimizer step), "save" (each checkpoint: periodic,
+resize or final), "usr1" (the agent's scale-event signal arrived), "error"
+(the training loop raised, e.g. a peer died in a collective) and "exit".
+bench/churn/ accounts for a run's wall time from them. --sample-s stands
+in for compute that scales with the data: each rank pauses that long per
+local sample inside every step, so a larger world makes steps shorter
+without keeping the CPU busy.
 """
 
 from __future__ import annotations
 
+import time
+
+T_START = time.time()  # before torch is imported: a restart's cost starts here
+
 import argparse
+import datetime
 import json
 import os
+import signal
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -45,6 +64,41 @@ def synthetic_data(n: int, features: int, seed: int):
     return x, y
 
 
+class EventLog:
+    """Timing records for bench/churn/ (--events); a no-op without it."""
+
+    def __init__(self, directory: Path | None):
+        self.file = None
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            self.file = open(directory / f"events.{os.getpid()}.jsonl", "a", buffering=1)
+        self.fields: dict = {"pid": os.getpid()}
+        self.usr1: list[float] = []
+
+    def __call__(self, ev: str, **fields) -> None:
+        if self.file is not None:
+            # The signal handler only notes the time: writing from it could
+            # re-enter a write in progress.
+            while self.usr1:
+                self.file.write(json.dumps({"ev": "usr1", **self.fields, "t": self.usr1.pop(0)}) + "\n")
+            self.file.write(json.dumps({"ev": ev, **self.fields, **fields}) + "\n")
+
+    def on_usr1(self) -> None:
+        """Notes SIGUSR1 through a handler installed before elasticrun.attach(),
+        which chains to it; the SDK's handling is unchanged."""
+        if self.file is not None:
+            signal.signal(signal.SIGUSR1, lambda *_: self.usr1.append(time.time()))
+
+    def attempt(self, rank: int) -> float:
+        """Rank 0's start time, the same on every rank of this set of workers
+        (one collective, only when logging)."""
+        if self.file is None:
+            return 0.0
+        t = torch.tensor([T_START if rank == 0 else 0.0], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.item()
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--ckpt", type=Path, required=True, help="checkpoint directory shared by all nodes")
@@ -57,14 +111,34 @@ def main() -> int:
     p.add_argument("--save-every", type=int, default=25, help="periodic checkpoint interval")
     p.add_argument("--step-s", type=float, default=0.0, help="pause per step (demo pacing)")
     p.add_argument("--log", type=Path, help="directory for per-step JSON lines")
+    p.add_argument("--events", type=Path, help="directory for per-process timing records")
+    p.add_argument("--sample-s", type=float, default=0.0,
+                   help="pause per local sample in each step (compute stand-in)")
+    p.add_argument("--pg-timeout", type=float,
+                   help="seconds a collective or the process group's start may wait "
+                        "(default: PyTorch's)")
     args = p.parse_args()
+    events = EventLog(args.events)
+    events.on_usr1()
+    try:
+        return train(args, events)
+    except BaseException as e:
+        events("error", t=time.time(), what=f"{type(e).__name__}: {e}"[:300])
+        raise
 
+
+def train(args, events: EventLog) -> int:
     elasticrun.attach()  # SIGUSR1 and the control block, under elasticrun
     use_cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if use_cuda else "gloo")
+    timeout = {"timeout": datetime.timedelta(seconds=args.pg_timeout)} if args.pg_timeout else {}
+    dist.init_process_group("nccl" if use_cuda else "gloo", **timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if use_cuda else "cpu")
     generation = int(os.environ.get("ELASTICRUN_GENERATION", "0"))
+    t_pg = time.time()
+    events.fields.update(rank=rank, world=world, gen=generation, attempt=events.attempt(rank),
+                         restart=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+    events("start", t0=T_START, t_pg=t_pg)
 
     torch.manual_seed(args.seed)
     x, y = synthetic_data(args.dataset, 16, args.seed)
@@ -79,12 +153,14 @@ def main() -> int:
     plan = plan_batches(args.global_batch, world, [int(s) for s in args.micro_batches.split(",")])
     sampler = ElasticSampler(args.dataset, seed=args.seed)
     ckpt = CheckpointManager(args.ckpt, keep=3)
+    t_load = time.time()
     state = ckpt.load(model, opt, sched)
     step = 0
     if state is not None:
         step = state["step"]
         sampler.load_state_dict(state["sampler"])
     sampler.set_world(rank, world, plan)
+    events("init", t_load=t_load, t1=time.time(), from_step=step)
     if rank == 0:
         print(f"[train] generation {generation}: world size {world}, from step {step}, "
               f"{plan.describe()}", flush=True)
@@ -94,11 +170,14 @@ def main() -> int:
         args.log.mkdir(parents=True, exist_ok=True)
         log = open(args.log / f"steps.rank{rank}.jsonl", "a", buffering=1)
 
-    def save(at: int) -> None:
+    def save(at: int, why: str) -> None:
+        t0 = time.time()
         ckpt.save(at, model, opt, sched, extra={"sampler": sampler.state_dict()})
+        events("save", step=at, why=why, t0=t0, t1=time.time())
 
     micro = plan.micro_batch(rank)
     while step < args.steps:
+        t_step = time.time()
         if sampler.steps_left == 0:
             sampler.set_epoch(sampler.epoch + 1)
         indices = sampler.step_indices()
@@ -123,6 +202,9 @@ def main() -> int:
         step += 1
         dist.all_reduce(local_loss)
         loss_value = local_loss.item()
+        if args.sample_s:
+            time.sleep(args.sample_s * len(indices))
+        events("step", step=step, t0=t_step, t1=time.time())
         elasticrun.step(step, loss=loss_value)
         if log is not None:
             log.write(json.dumps({"step": step, "epoch": sampler.epoch, "gen": generation,
@@ -131,19 +213,27 @@ def main() -> int:
         if elasticrun.elastic_event_detected():
             # Every rank reaches this at the same step: save and go; the
             # agents restart the job at its new size from here.
-            save(step)
+            save(step, "resize")
             elasticrun.saved()
             if rank == 0:
                 print(f"[train] stopped at step {step} for a resize; checkpoint saved", flush=True)
-            return 0
+            events("exit", t=time.time(), how="resize")
+            # Leave without the interpreter's teardown: after `import torch`
+            # it takes seconds (5 s on a loaded 2-core machine), all of it
+            # time the next round waits for. Nothing is lost: the checkpoint
+            # is published and fsynced, and every file here is line-buffered.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
         if step % args.save_every == 0:
-            save(step)
+            save(step, "periodic")
         if args.step_s:
             time.sleep(args.step_s)
-    save(step)
+    save(step, "final")
     if rank == 0:
         print(f"[train] done: {step} steps, loss {loss_value:.4f}", flush=True)
     dist.destroy_process_group()
+    events("exit", t=time.time(), how="done")
     return 0
 
 

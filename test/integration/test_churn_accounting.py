@@ -1,0 +1,166 @@
+"""The churn harness's trace parser and accounting (bench/churn/), on a
+hand-made event log: the figures below were computed by hand. No binaries,
+no timing: the benchmark itself is not run here.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "bench/churn"))
+import churn_accounting as acc  # noqa: E402
+import churn_trace  # noqa: E402
+
+A, B = 100.0, 111.0  # attempt ids: rank 0's start times
+
+
+def rec(ev, pid, rank, attempt, **fields):
+    return {"ev": ev, "pid": pid, "rank": rank, "world": 2, "gen": 0, "attempt": attempt,
+            "restart": 0, **fields}
+
+
+def synthetic_log() -> list[dict]:
+    """Attempt A (ranks 0, 1) runs steps 1-4 and saves after step 2; rank 1 is
+    killed at 109.8 and rank 0 errors at 110; attempt B resumes from step 2,
+    runs 3-5 (a 0.2 s gap before step 5) and saves at the end."""
+    out = [rec("start", 1, 0, A, t0=100.0, t_pg=103.0), rec("start", 2, 1, A, t0=100.5, t_pg=103.0),
+           rec("init", 1, 0, A, t_load=104.0, t1=105.0, from_step=0),
+           rec("init", 2, 1, A, t_load=104.0, t1=105.0, from_step=0)]
+    a_steps = [(1, 105.0, 106.0), (2, 106.0, 107.0), (3, 107.5, 108.5), (4, 108.5, 109.5)]
+    for pid, rank in ((1, 0), (2, 1)):
+        out += [rec("step", pid, rank, A, step=s, t0=t0, t1=t1) for s, t0, t1 in a_steps]
+        out.append(rec("save", pid, rank, A, step=2, why="periodic", t0=107.0, t1=107.5))
+    out.append(rec("error", 1, 0, A, t=110.0, what="RuntimeError: peer closed"))
+    out += [rec("start", 3, 0, B, t0=111.0, t_pg=113.0), rec("start", 4, 1, B, t0=111.2, t_pg=113.0),
+            rec("init", 3, 0, B, t_load=114.0, t1=115.0, from_step=2),
+            rec("init", 4, 1, B, t_load=114.0, t1=115.0, from_step=2)]
+    b_steps = [(3, 115.0, 116.0), (4, 116.0, 117.0), (5, 117.2, 118.2)]
+    for pid, rank in ((3, 0), (4, 1)):
+        out += [rec("step", pid, rank, B, step=s, t0=t0, t1=t1) for s, t0, t1 in b_steps]
+        out.append(rec("save", pid, rank, B, step=5, why="final", t0=118.2, t1=118.7))
+        out.append(rec("exit", pid, rank, B, t=118.8, how="done"))
+    return out
+
+
+PLAYED = [{"t": 109.8, "action": "kill-worker", "what": "worker killed"},
+          {"t": 117.5, "action": "join", "what": "node 3 joins"}]
+
+
+def test_only_the_last_execution_of_each_step_counts_as_goodput():
+    res = acc.account(synthetic_log(), PLAYED, t_launch=100.0, t_end=119.0, samples=240)
+    assert res["steps"] == 5 and res["steps_run"] == 7 and res["steps_lost"] == 2
+    assert res["kept_s"] == pytest.approx(5.0)
+    assert res["wall_s"] == pytest.approx(19.0)
+    assert res["goodput"] == pytest.approx(5.0 / 19.0)
+    assert res["goodput_from_first_step"] == pytest.approx(5.0 / 14.0)
+    assert res["samples_per_s"] == pytest.approx(240 / 19.0)
+
+
+def test_every_second_of_the_wall_time_lands_in_exactly_one_category():
+    res = acc.account(synthetic_log(), PLAYED, t_launch=100.0, t_end=119.0, samples=240)
+    expected = {acc.KEPT: 5.0, acc.LOST: 2.0, acc.SAVE_PERIODIC: 0.5, acc.SAVE_STOP: 0.0,
+                acc.SAVE_FINAL: 0.5, acc.LOAD: 2.0, acc.START: 7.0, acc.BETWEEN: 0.2,
+                acc.IDLE: 1.8}
+    assert res["breakdown"] == pytest.approx(expected)
+    assert sum(res["breakdown"].values()) == pytest.approx(res["wall_s"])
+
+
+def test_a_failure_s_recovery_is_split_into_phases_that_add_up_to_its_total():
+    res = acc.account(synthetic_log(), PLAYED, t_launch=100.0, t_end=119.0, samples=240)
+    r = res["recoveries"][0]
+    assert r["phases"] == pytest.approx({"detection": 0.2, "stop": 0.0, "checkpoint save": 0.0,
+                                         "rendezvous": 1.0, "restart": 3.0,
+                                         "checkpoint load": 1.0, "first step": 1.0})
+    assert r["total"] == pytest.approx(6.2)
+    assert r["steps_lost"] == 2 and r["lost_s"] == pytest.approx(2.0)
+    assert (r["world_before"], r["world_after"]) == (2, 2)
+
+
+def test_an_event_followed_by_no_new_workers_has_no_recovery():
+    res = acc.account(synthetic_log(), PLAYED, t_launch=100.0, t_end=119.0, samples=240)
+    r = res["recoveries"][1]
+    assert r["phases"] is None and r["total"] is None and "no new workers" in r["note"]
+
+
+def test_a_stop_at_an_agreed_step_loses_nothing_and_its_save_is_its_own_phase():
+    log = [rec("start", 1, 0, A, t0=100.0, t_pg=101.0),
+           rec("init", 1, 0, A, t_load=102.0, t1=103.0, from_step=0),
+           rec("step", 1, 0, A, step=1, t0=103.0, t1=104.0),
+           rec("usr1", 1, 0, A, t=104.5),
+           rec("step", 1, 0, A, step=2, t0=104.0, t1=105.0),
+           rec("save", 1, 0, A, step=2, why="resize", t0=105.0, t1=105.4),
+           rec("exit", 1, 0, A, t=105.5, how="resize"),
+           rec("start", 2, 0, 106.0, t0=106.0, t_pg=107.0),
+           rec("init", 2, 0, 106.0, t_load=108.0, t1=108.5, from_step=2),
+           rec("step", 2, 0, 106.0, step=3, t0=108.5, t1=109.5)]
+    res = acc.account(log, [{"t": 104.2, "action": "join", "what": "node 2 joins"}],
+                      t_launch=100.0, t_end=110.0, samples=144)
+    r = res["recoveries"][0]
+    assert r["steps_lost"] == 0 and res["steps_lost"] == 0
+    assert r["phases"] == pytest.approx({"detection": 0.3, "stop": 0.6, "checkpoint save": 0.4,
+                                         "rendezvous": 0.5, "restart": 2.0,
+                                         "checkpoint load": 0.5, "first step": 1.0})
+    assert r["total"] == pytest.approx(5.3)
+    assert res["breakdown"][acc.SAVE_STOP] == pytest.approx(0.4)
+
+
+def test_a_trace_names_its_job_and_lists_events_in_time_order():
+    t = churn_trace.parse("nnodes 2:4\nnodes 3  # start\nsamples 960\n\n"
+                          "10 join\n20 release 1\n20 kill 2\n30.5 kill-worker\n40 scale 4\n", "t")
+    assert (t.nnodes, t.nodes, t.samples) == ((2, 4), 3, 960)
+    assert [(e.t, e.action, e.arg) for e in t.events] == [
+        (10, "join", None), (20, "release", 1), (20, "kill", 2), (30.5, "kill-worker", None),
+        (40, "scale", 4)]
+
+
+@pytest.mark.parametrize("text, why", [
+    ("nodes 3\nsamples 9\n", "missing 'nnodes'"),
+    ("nnodes 2:4\nnodes 5\nsamples 9\n", "outside nnodes"),
+    ("nnodes 2:4\nnodes 3\nsamples 9\n10 join\n5 leave\n", "time order"),
+    ("nnodes 2:4\nnodes 3\nsamples 9\n10 reboot\n", "expected an action"),
+    ("nnodes 2:4\nnodes 3\nsamples 9\n10 release\n", "needs a count"),
+    ("nnodes 2:4\nnodes 3\nsamples 9\n10 join 2\n", "too many arguments"),
+    ("nnodes 2:4\nnodes 3\nsamples 9\n10 kill node2\n", "positive integer"),
+])
+def test_a_malformed_trace_is_refused_naming_the_line(text, why):
+    with pytest.raises(churn_trace.TraceError, match=why):
+        churn_trace.parse(text, "bad.trace")
+
+
+def test_workers_cut_short_by_a_second_event_fall_inside_one_shared_recovery():
+    # A trains; a join at 104.2 starts C (world 3), which a leave at 106.5
+    # breaks before its first step; D trains at world 2 from step 1.
+    C, D = 105.0, 108.0
+    log = [rec("start", 1, 0, A, t0=100.0, t_pg=101.0),
+           rec("init", 1, 0, A, t_load=102.0, t1=103.0, from_step=0),
+           rec("step", 1, 0, A, step=1, t0=103.0, t1=104.0),
+           rec("save", 1, 0, A, step=1, why="resize", t0=104.3, t1=104.5),
+           rec("start", 2, 0, C, t0=105.0, t_pg=106.0),
+           rec("error", 2, 0, C, t=107.0, what="RuntimeError: Connection closed by peer"),
+           rec("start", 3, 0, D, t0=108.0, t_pg=109.0),
+           rec("init", 3, 0, D, t_load=109.5, t1=110.0, from_step=1),
+           rec("step", 3, 0, D, step=2, t0=110.0, t1=111.0)]
+    played = [{"t": 104.2, "action": "join", "what": "node 3 joins"},
+              {"t": 106.5, "action": "leave", "what": "node 3 leaves"}]
+    res = acc.account(log, played, t_launch=100.0, t_end=111.0, samples=96)
+    first, second = res["recoveries"]
+    assert first["failed_starts"] == 1
+    assert first["total"] == pytest.approx(111.0 - 104.2)
+    assert first["phases"]["rendezvous"] == pytest.approx(108.0 - 104.5)
+    assert second["phases"] is None and "together with the event at 4 s" in second["note"]
+    # C's start up to its error is worker start time, not idle time.
+    assert res["breakdown"][acc.START] == pytest.approx(2.0 + 2.0 + 1.5)
+    assert [a["world"] for a in res["attempts"]] == [2, 2, 2]
+
+
+def test_a_worker_seen_alive_after_its_last_record_is_still_stopping():
+    res = acc.account(synthetic_log(), PLAYED, t_launch=100.0, t_end=119.0, samples=240,
+                      alive={1: 110.4, 3: 90.0})
+    phases = res["recoveries"][0]["phases"]
+    assert phases["stop"] == pytest.approx(0.4)
+    assert phases["rendezvous"] == pytest.approx(0.6)
+    assert res["recoveries"][0]["total"] == pytest.approx(6.2)
