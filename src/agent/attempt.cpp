@@ -63,6 +63,8 @@ class Attempt {
     sigchld_.data = this;
     uv_timer_init(&loop_, &kill_timer_);
     kill_timer_.data = this;
+    uv_timer_init(&loop_, &leave_timer_);
+    leave_timer_.data = this;
     uv_async_init(&loop_, &stop_async_,
                   [](uv_async_t* h) { static_cast<Attempt*>(h->data)->on_stop_request(); });
     stop_async_.data = this;
@@ -188,6 +190,25 @@ class Attempt {
   }
 
   void on_signal(int sig) {
+    if (hooks_.signal_means_leave && !stopping_ && stop_signal_ == 0) {
+      log_->warn("received {}: this node leaves the job; its workers stop as the nodes agree",
+                 supervisor::signal_name(sig));
+      stop_signal_ = sig;
+      // Forwarded after all if the job does not answer in time.
+      uv_timer_start(
+          &leave_timer_,
+          [](uv_timer_t* t) {
+            auto* self = static_cast<Attempt*>(t->data);
+            if (self->stopping_) return;
+            self->log_->warn("no stop request within {} ms of {}: forwarding it to the workers",
+                             self->config_.graceful_shutdown_timeout.count(),
+                             supervisor::signal_name(self->stop_signal_));
+            self->stop(self->stop_signal_, Outcome::kSignaled, self->config_.shutdown_timeout);
+          },
+          static_cast<uint64_t>(config_.graceful_shutdown_timeout.count()), 0);
+      if (hooks_.on_signal) hooks_.on_signal(sig);
+      return;
+    }
     if (stopping_ && outcome_ == Outcome::kSignaled) {
       if (sig == SIGINT) {
         log_->warn("second SIGINT: killing workers now");
@@ -196,6 +217,7 @@ class Attempt {
       return;
     }
     log_->warn("received {}: forwarding it to the workers", supervisor::signal_name(sig));
+    const bool first = stop_signal_ == 0;
     stop_signal_ = sig;
     // A stop already under way (a failure, a round that ended) turns into
     // this: the run now ends with the signal.
@@ -204,7 +226,7 @@ class Attempt {
       group_.signal_all(sig);
     }
     stop(sig, Outcome::kSignaled, config_.shutdown_timeout);
-    if (hooks_.on_signal) hooks_.on_signal(sig);
+    if (hooks_.on_signal && first) hooks_.on_signal(sig);
   }
 
   void on_stop_request() {
@@ -242,6 +264,7 @@ class Attempt {
     done_ = true;
     if (!stopping_) outcome_ = Outcome::kSucceeded;
     uv_timer_stop(&kill_timer_);
+    uv_timer_stop(&leave_timer_);
     uv_stop(&loop_);
   }
 
@@ -255,6 +278,7 @@ class Attempt {
   std::optional<std::string> stop_reason_;
   uv_signal_t sigchld_{};
   uv_timer_t kill_timer_{};
+  uv_timer_t leave_timer_{};  // signal_means_leave: forwards the signal if nobody stops us
   std::vector<std::unique_ptr<uv_signal_t>> forwarded_;
   bool stopping_ = false;
   bool done_ = false;

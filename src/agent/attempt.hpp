@@ -54,8 +54,15 @@ struct AttemptHooks {
   // On the loop, once, when the first worker fails (before the others are
   // stopped): the dynamic agent ends the round here so other nodes stop too.
   std::function<void(const supervisor::WorkerExit&)> on_failure;
-  // On the loop, once, when a forwarded signal arrives.
+  // On the loop, once, when a handled signal arrives.
   std::function<void(int signo)> on_signal;
+  // The first handled signal means "this node leaves" (the dynamic agent):
+  // it is not forwarded; on_signal ends the round, and the workers stop as
+  // for any stop request (SIGUSR1 and the agreed step, via tell_stop). If no
+  // stop request comes within --graceful-shutdown-timeout, or a second
+  // signal arrives, the signal is forwarded as usual. The attempt's result
+  // carries the signal either way.
+  bool signal_means_leave = false;
   // Stop requests from other threads; may be null.
   StopChannel* stop = nullptr;
   // How the workers are told to stop on such a request (on the loop); when

@@ -193,10 +193,12 @@ class DynamicAgent {
       hooks.stop = &stop;
       hooks.on_failure = [&](const supervisor::WorkerExit& e) { on_local_failure(e.describe()); };
       hooks.on_signal = [&](int sig) { on_leave(supervisor::signal_name(sig)); };
+      hooks.signal_means_leave = true;
       hooks.tell_stop = [&](supervisor::WorkerGroup& g) { tell_stop(g, end.get()); };
       AttemptResult r = run_attempt(config_, node_, a, attempt, hooks);
 
-      if (r.outcome == Outcome::kSignaled) return 128 + r.stop_signal;
+      // Signaled, or stopped with the others after a signal: this node leaves.
+      if (r.outcome == Outcome::kSignaled || r.stop_signal != 0) return 128 + r.stop_signal;
       if (r.outcome == Outcome::kSucceeded) return exit_barrier();
       if (r.outcome == Outcome::kFailed) {
         if (r.failures.empty()) on_local_failure("the pre-train script failed");

@@ -115,6 +115,20 @@ class Job:
         self.finish({1: 0, 2: 0, 3: 0})
         return g2, g3
 
+    def leave_from_three_to_two(self) -> tuple[int, int]:
+        """Agents 1-3 reach a steady generation, agent 3 gets SIGTERM and
+        exits 128+SIGTERM, agents 1 and 2 reach the next one; returns the two
+        generations."""
+        for n in (1, 2, 3):
+            self.start_agent(n)
+        g3 = self.wait_steady(3)
+        self.agents[3].popen.send_signal(signal.SIGTERM)
+        assert self.agents[3].wait(GEN_TIMEOUT_S) == 128 + signal.SIGTERM, \
+            self.agents[3].describe()
+        g2 = self.wait_steady(2, after_gen=g3)
+        assert g2 > g3
+        return g3, g2
+
     def agent_of(self, gen: int, group_rank: int) -> int:
         """The test's agent number running group rank `group_rank` in `gen`."""
         for e in self.by_gen("start")[gen]:
