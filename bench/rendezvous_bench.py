@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import sys as _sys
 _sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
-from report_sections import write_section  # noqa: E402
+from report_sections import cpu_model, source_state, write_section  # noqa: E402
 
 import argparse
 import ctypes
@@ -483,14 +483,7 @@ def render(args, results, notes, info, command, started, elapsed) -> str:
 
 
 def machine_info() -> dict:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     mem_gib = "?"
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -499,17 +492,6 @@ def machine_info() -> dict:
     except OSError:
         pass
     return {"nproc": os.cpu_count(), "cpu": cpu, "mem_gib": mem_gib}
-
-
-def source_state() -> str:
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                             capture_output=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=ROOT, text=True, capture_output=True).stdout.strip()
-        return f"`{rev}`" + (" with uncommitted changes" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main(argv) -> int:

@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "elasticrun/errors.hpp"
+#include "fd_limit.hpp"
 #include "rendezvous/heartbeat.hpp"
 #include "rendezvous/rendezvous.hpp"
 #include "store/server.hpp"
@@ -127,23 +128,6 @@ Options parse_args(int argc, char** argv) {
     }
   }
   return o;
-}
-
-// Both ends of every connection are ours when the server is in-process.
-void raise_fd_limit(size_t need) {
-  rlimit rl{};
-  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
-  if (rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-    getrlimit(RLIMIT_NOFILE, &rl);
-  }
-  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
-    std::fprintf(stderr,
-                 "rendezvous_loadgen: warning: descriptor limit %llu is below the %zu this run "
-                 "needs; connections past it will fail\n",
-                 static_cast<unsigned long long>(rl.rlim_cur), need);
-  }
 }
 
 // A joinable thread with a stack of our choosing (std::thread cannot set one).
@@ -414,7 +398,7 @@ void run_once(const Options& opt, int run) {
 int main(int argc, char** argv) {
   Options opt = parse_args(argc, argv);
   std::signal(SIGPIPE, SIG_IGN);
-  raise_fd_limit(static_cast<size_t>(opt.agents) * 2 + 64);
+  elasticrun::bench::raise_fd_limit("rendezvous_loadgen", static_cast<size_t>(opt.agents) * 2 + 64);
   // Per-agent info lines would time 4,096 writes to one stderr, not the protocol.
   elasticrun::util::set_log_level(opt.log_level);
   try {

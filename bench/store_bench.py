@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sys as _sys
 _sys.path.insert(0, str(__import__('pathlib').Path(__file__).resolve().parent))
-from report_sections import write_section  # noqa: E402
+from report_sections import cpu_model, write_section  # noqa: E402
 
 import argparse
 import ctypes
@@ -365,14 +365,7 @@ def summarize_idle(runs: list[dict]) -> dict:
 
 
 def machine_info() -> dict:
-    model = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    model = cpu_model()
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     try:
         libuv = subprocess.run(["pkg-config", "--modversion", "libuv"], capture_output=True,

@@ -39,7 +39,6 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -56,6 +55,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fd_limit.hpp"
 #include "store/frame.hpp"
 #include "store/protocol.hpp"
 
@@ -641,30 +641,13 @@ class Loadgen {
   std::vector<uint64_t> latencies_ns_;
 };
 
-// Each connection needs a descriptor; 10,000 of them are past the usual
-// soft limit of 1024.
-void raise_fd_limit(size_t need) {
-  rlimit rl{};
-  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
-  if (rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-    getrlimit(RLIMIT_NOFILE, &rl);
-  }
-  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
-    std::fprintf(stderr,
-                 "store_loadgen: warning: descriptor limit %llu is below the %zu this run needs; "
-                 "the connections past it will fail\n",
-                 static_cast<unsigned long long>(rl.rlim_cur), need);
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   Options opt = parse_args(argc, argv);
   std::signal(SIGPIPE, SIG_IGN);
-  raise_fd_limit(static_cast<size_t>(opt.idle > 0 ? opt.idle : opt.clients) + 16);
+  elasticrun::bench::raise_fd_limit(
+      "store_loadgen", static_cast<size_t>(opt.idle > 0 ? opt.idle : opt.clients) + 16);
   Loadgen gen(std::move(opt));
   return gen.run();
 }
