@@ -182,6 +182,14 @@ agent::AgentConfig agent_config(const cli::LaunchConfig& c,
                                 const std::map<std::string, std::string>& env) {
   agent::AgentConfig a;
   a.worker_command = worker_command(c, env);
+  if (c.warm_start && !c.no_python) {
+    // The part of the worker's argv that becomes sys.argv: the file or module on.
+    a.warm_start.enabled = true;
+    a.warm_start.python = a.worker_command[0];
+    a.warm_start.mode = c.run_path ? "run_path" : c.module ? "module" : "script";
+    a.warm_start.argv_offset = c.run_path ? 4 : c.module ? 3 : 2;
+    a.warm_start.imports = c.warm_start_imports;
+  }
   a.script_name = c.training_script;
   a.nproc_per_node = c.nproc_per_node;
   a.nnodes = c.effective_nnodes();

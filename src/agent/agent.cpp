@@ -237,6 +237,14 @@ int run_agent(const AgentConfig& config) {
         "tune it for your application");
     node.base["OMP_NUM_THREADS"] = "1";
   }
+  // Interpreters import while the rendezvous runs; the pool outlives every
+  // attempt and kills what is idle when the agent is done.
+  std::unique_ptr<WarmPool> warm;
+  if (config.warm_start.enabled) {
+    warm = std::make_unique<WarmPool>(config.warm_start, node.base, config.nproc_per_node);
+    warm->refill();
+    node.warm = warm.get();
+  }
   if (config.dynamic) return run_dynamic(config, node);
   return run_fixed(config, node);
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/warm_start.hpp"
 #include "elastic/policy.hpp"
 #include "rendezvous/rendezvous.hpp"
 
@@ -79,6 +80,8 @@ struct AgentConfig {
   // exit. Empty: none. A failing pre-train script fails the attempt.
   std::vector<std::string> pre_train_command;
   std::vector<std::string> post_train_command;
+  // --warm-start (Python workers only).
+  WarmStartConfig warm_start;
   // One-line notes printed once before the workers start.
   std::vector<std::string> notes;
 };

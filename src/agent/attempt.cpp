@@ -15,6 +15,10 @@ namespace {
 namespace fs = std::filesystem;
 using supervisor::WorkerExit;
 
+// --warm-start: how long after its workers start an attempt begins warming
+// the next restart's interpreters.
+constexpr uint64_t kWarmRefillDelayMs = 3000;
+
 // Where one worker's stdout or stderr goes (torchrun's DefaultLogsSpecs).
 struct StreamPlan {
   std::string file;      // log file, when redirected or tee'd
@@ -55,9 +59,9 @@ RankPlan plan_rank_logs(const AgentConfig& c, const fs::path& rank_dir, int loca
 // One attempt: start the workers, watch them until every one has exited.
 class Attempt {
  public:
-  Attempt(const AgentConfig& c, supervisor::DeathWatch& watch, int restart_count,
+  Attempt(const AgentConfig& c, supervisor::DeathWatch& watch, WarmPool* warm, int restart_count,
           const AttemptHooks& hooks)
-      : config_(c), group_(&watch), restart_count_(restart_count), hooks_(hooks) {
+      : config_(c), group_(&watch), warm_(warm), restart_count_(restart_count), hooks_(hooks) {
     uv_loop_init(&loop_);
     uv_signal_init(&loop_, &sigchld_);
     sigchld_.data = this;
@@ -65,6 +69,8 @@ class Attempt {
     kill_timer_.data = this;
     uv_timer_init(&loop_, &leave_timer_);
     leave_timer_.data = this;
+    uv_timer_init(&loop_, &refill_timer_);
+    refill_timer_.data = this;
     uv_async_init(&loop_, &stop_async_,
                   [](uv_async_t* h) { static_cast<Attempt*>(h->data)->on_stop_request(); });
     stop_async_.data = this;
@@ -110,17 +116,37 @@ class Attempt {
           sig);
       forwarded_.push_back(std::move(s));
     }
-    util::Status st = group_.start(specs);
+    // --warm-start: interpreters that have imported torch already take the
+    // workers they can; the rest start as usual.
+    std::vector<pid_t> warm(specs.size(), 0);
+    size_t warmed = 0;
+    for (size_t r = 0; warm_ && r < specs.size(); ++r) {
+      warm[r] = warm_->activate(specs[r]);
+      warmed += warm[r] > 0 ? 1 : 0;
+    }
+    util::Status st = group_.start(specs, warm);
     // The workers hold their ends now; ours would keep the pipes open forever.
     for (int fd : child_fds) ::close(fd);
     if (!st) throw Error("cannot start workers: " + st.message());
-    log_->info("started {} worker(s) (restart count {})", specs.size(), restart_count_);
+    if (warm_) {
+      log_->info("started {} worker(s) (restart count {}; {} in warm interpreters)", specs.size(),
+                 restart_count_, warmed);
+      // The next restart's interpreters import while this attempt trains,
+      // once its workers are under way rather than competing with their start.
+      uv_timer_start(
+          &refill_timer_, [](uv_timer_t* t) { static_cast<Attempt*>(t->data)->warm_->refill(); },
+          kWarmRefillDelayMs, 0);
+    } else {
+      log_->info("started {} worker(s) (restart count {})", specs.size(), restart_count_);
+    }
     // A stop may have been posted before the loop could hear it: attaching
     // delivers it. A child may have exited before the handler was installed:
     // look once.
     if (hooks_.stop) hooks_.stop->attach(&stop_async_);
     on_child();
     if (!done_) uv_run(&loop_, UV_RUN_DEFAULT);
+    // An attempt shorter than the refill delay: the next one still finds interpreters.
+    if (warm_) warm_->refill();
     // Whatever the workers left behind in their process groups dies with them.
     group_.signal_all(SIGKILL);
     group_.forget();
@@ -265,11 +291,13 @@ class Attempt {
     if (!stopping_) outcome_ = Outcome::kSucceeded;
     uv_timer_stop(&kill_timer_);
     uv_timer_stop(&leave_timer_);
+    uv_timer_stop(&refill_timer_);
     uv_stop(&loop_);
   }
 
   const AgentConfig& config_;
   supervisor::WorkerGroup group_;
+  WarmPool* warm_;
   int restart_count_;
   AttemptHooks hooks_;
   uv_loop_t loop_{};
@@ -278,7 +306,8 @@ class Attempt {
   std::optional<std::string> stop_reason_;
   uv_signal_t sigchld_{};
   uv_timer_t kill_timer_{};
-  uv_timer_t leave_timer_{};  // signal_means_leave: forwards the signal if nobody stops us
+  uv_timer_t leave_timer_{};   // signal_means_leave: forwards the signal if nobody stops us
+  uv_timer_t refill_timer_{};  // --warm-start: interpreters for the next attempt
   std::vector<std::unique_ptr<uv_signal_t>> forwarded_;
   bool stopping_ = false;
   bool done_ = false;
@@ -375,7 +404,7 @@ AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, co
       run_hook("pre-train", config.pre_train_command, node.base) != 0) {
     log->error("pre-train script failed: the workers of attempt {} do not start", attempt_index);
   } else {
-    Attempt attempt(config, *node.watch, a.restart_count, hooks);
+    Attempt attempt(config, *node.watch, node.warm, a.restart_count, hooks);
     result.outcome = attempt.run(std::move(specs), logs, attempt_dir);
     result.failures = attempt.failures();
     result.stop_signal = attempt.stop_signal();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "agent/agent.hpp"
+#include "agent/warm_start.hpp"
 #include "agent/worker_env.hpp"
 #include "supervisor/death_watch.hpp"
 #include "supervisor/log_pump.hpp"
@@ -77,6 +78,7 @@ struct NodeContext {
   std::filesystem::path run_dir;
   std::string host;                         // this host's name (log prefixes)
   std::map<std::string, std::string> base;  // the workers' base environment
+  WarmPool* warm = nullptr;                 // --warm-start's interpreters, or none
 };
 
 struct AttemptResult {

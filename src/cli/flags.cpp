@@ -146,6 +146,13 @@ const std::vector<FlagSpec> kFlags = {
     {Flag::kConfig, "", "--config", kValue, kNoEnv, kElastic, "FILE", "",
      "Job config (YAML): elasticPolicy with hyperpodrun's keys, and worldSizeOverrides "
      "(docs/job-config.md). Flags override it; unknown keys are errors."},
+    {Flag::kWarmStart, "", "--warm-start", kSwitch, kNoEnv, kElastic, "", "",
+     "Python workers: keep one interpreter per local rank started ahead, with "
+     "--warm-start-imports already imported, and run each start's and restart's script in it "
+     "(unchanged: as __main__, with its argv, environment and streams), so a restart skips "
+     "the interpreter's start and `import torch` (docs/warm-start.md)."},
+    {Flag::kWarmStartImports, "", "--warm-start-imports", kValue, kNoEnv, kElastic, "MODULES",
+     "torch", "Modules the warm interpreters import ahead, comma-separated."},
 };
 
 constexpr size_t kWidth = 100;

@@ -61,6 +61,8 @@ enum class Flag {
   kMinStablePeriod,
   kMaxStablePeriod,
   kConfig,
+  kWarmStart,
+  kWarmStartImports,
   kCount,
 };
 

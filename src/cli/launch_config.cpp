@@ -382,6 +382,8 @@ std::string to_json(const LaunchConfig& c) {
       {"server_host", c.server_host},
       {"server_port", c.server_port},
       {"inprocess_restart", c.inprocess_restart},
+      {"warm_start", c.warm_start},
+      {"warm_start_imports", c.warm_start_imports},
       {"elastic", elastic_json(c.elastic)},
       {"training_script", c.training_script},
       {"training_script_args", c.training_script_args},

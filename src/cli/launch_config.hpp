@@ -110,6 +110,10 @@ struct LaunchConfig {
   std::string server_host = "0.0.0.0";
   int server_port = 8080;          // accepted; the HTTP control API comes later
   bool inprocess_restart = false;  // accepted; workers still restart as processes
+  // --warm-start: Python workers run in interpreters started ahead that have
+  // imported warm_start_imports already.
+  bool warm_start = false;
+  std::vector<std::string> warm_start_imports = {"torch"};
 
   // --- elasticrun's own: the elastic policy (--min-replicas ..., --config).
   ElasticOptions elastic;

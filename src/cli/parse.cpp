@@ -1,6 +1,7 @@
 #include "cli/parse.hpp"
 
 #include <array>
+#include <cctype>
 #include <initializer_list>
 #include <optional>
 #include <random>
@@ -72,6 +73,24 @@ int parse_port(const Raw& raw) {
 
 bool parse_switch(const Raw& raw) {
   return parse_int(raw.origin, raw.text) != 0;
+}
+
+// A dotted Python module name: identifiers (ASCII here) separated by dots.
+bool valid_module_name(std::string_view name) {
+  bool start = true;
+  for (char ch : name) {
+    const bool alpha = std::isalpha(static_cast<unsigned char>(ch)) || ch == '_';
+    const bool digit = std::isdigit(static_cast<unsigned char>(ch));
+    if (ch == '.') {
+      if (start) return false;
+      start = true;
+    } else if (alpha || (digit && !start)) {
+      start = false;
+    } else {
+      return false;
+    }
+  }
+  return !start;
 }
 
 void check_choice(const Raw& raw, std::initializer_list<std::string_view> choices) {
@@ -213,6 +232,18 @@ void convert(LaunchConfig& c, Flag id, const Raw& r) {
     case Flag::kInprocessRestart:
       c.inprocess_restart = parse_switch(r);
       break;
+    case Flag::kWarmStart:
+      c.warm_start = parse_switch(r);
+      break;
+    case Flag::kWarmStartImports:
+      c.warm_start_imports = parse_comma_list(t);
+      for (const auto& m : c.warm_start_imports) {
+        if (!valid_module_name(m)) {
+          fail(r.origin + " " + util::quote(t) + ": " + util::quote(m) +
+               " is not a Python module name");
+        }
+      }
+      break;
     // The elastic group depends on --nnodes and --config: parse_elastic reads it.
     case Flag::kMinReplicas:
     case Flag::kMaxReplicas:
@@ -351,6 +382,12 @@ void derive_notes(LaunchConfig& c, const Given& g) {
     note(Flag::kInprocessRestart,
          "accepted, but in-process restart is not implemented yet: failed workers restart as "
          "processes");
+  }
+  if (c.warm_start && c.no_python) {
+    note(Flag::kWarmStart, "ignored with --no-python: the workers are not Python scripts");
+  }
+  if (!c.warm_start && given(g, Flag::kWarmStartImports)) {
+    note(Flag::kWarmStartImports, "ignored without --warm-start");
   }
   if (!c.pre_train_script && given(g, Flag::kPreTrainArgs)) {
     note(Flag::kPreTrainArgs, "ignored without --pre-train-script");

@@ -77,6 +77,7 @@ struct ChildPlan {
   char** child_script_argv = nullptr;
   const char* cwd = nullptr;
   int fds[3] = {-1, -1, -1};
+  int extra_fd = -1;  // becomes the child's fd 3
   int report_fd = -1;
   int parent_death_signal = 0;
   pid_t parent = -1;
@@ -155,10 +156,12 @@ ELASTICRUN_CHILD_CODE long sys(long n, long a = 0, long b = 0, long c = 0, long 
 
 ELASTICRUN_CHILD_CODE void close_other_fds(const ChildPlan& p) {
   // close_range(2) is Linux 5.9+; fall back to a loop on older kernels.
+  // The report pipe is above the first descriptor kept open (start_spawn).
+  const unsigned first = p.extra_fd >= 0 ? 4 : 3;
   const unsigned keep = static_cast<unsigned>(p.report_fd);
-  if (keep > 3) sys(SYS_close_range, 3, keep - 1, 0);
+  if (keep > first) sys(SYS_close_range, first, keep - 1, 0);
   if (sys(SYS_close_range, keep + 1, ~0u, 0) == 0) return;
-  for (long fd = 3; fd < p.max_fd; ++fd) {
+  for (long fd = first; fd < p.max_fd; ++fd) {
     if (fd != static_cast<long>(keep)) sys(SYS_close, fd);
   }
 }
@@ -221,6 +224,9 @@ ELASTICRUN_CHILD_CODE int child_main(void* arg) {
     const int fd = p.fds[target];
     if (fd < 0 || fd == target) continue;
     if (long r = sys(SYS_dup3, fd, target, 0); r < 0) child_fail(p, kDup, r);
+  }
+  if (p.extra_fd >= 0) {
+    if (long r = sys(SYS_dup3, p.extra_fd, 3, 0); r < 0) child_fail(p, kDup, r);
   }
   close_other_fds(p);
   if (p.cwd != nullptr) {
@@ -290,6 +296,7 @@ std::unique_ptr<ChildPlan, PendingSpawn::PlanDeleter> make_plan(const SpawnSpec&
   p->fds[0] = spec.stdin_fd;
   p->fds[1] = spec.stdout_fd;
   p->fds[2] = spec.stderr_fd;
+  p->extra_fd = spec.extra_fd;
   p->parent_death_signal = spec.parent_death_signal;
   p->parent = ::getpid();
   const long open_max = ::sysconf(_SC_OPEN_MAX);
@@ -365,14 +372,21 @@ util::Result<pid_t> spawn(const SpawnSpec& spec) {
 
 util::Result<PendingSpawn> start_spawn(const SpawnSpec& spec) {
   if (spec.argv.empty()) return util::Status(EINVAL, "spawn: empty command");
+  // Below 4 it would be overwritten by the standard streams' redirects or be
+  // fd 3 itself, which dup3 cannot clear close-on-exec on.
+  if (spec.extra_fd >= 0 && spec.extra_fd < 4) {
+    return util::Status(EINVAL, "spawn: the descriptor for fd 3 must be above 3");
+  }
   auto plan = make_plan(spec);
   int report[2];
   if (::pipe2(report, O_CLOEXEC) != 0) return util::Status(errno, "spawn: pipe2");
   // An agent started with 0, 1 or 2 closed gets them back here. The child's
   // redirects would then replace the write end: the parent would read EOF
   // as an exec, lose the error, and free the plan the child still runs on.
-  if (report[1] < 3) {
-    const int moved = ::fcntl(report[1], F_DUPFD_CLOEXEC, 3);
+  // With a descriptor for the child's fd 3, fd 3 is taken as well.
+  const int lowest = spec.extra_fd >= 0 ? 4 : 3;
+  if (report[1] < lowest) {
+    const int moved = ::fcntl(report[1], F_DUPFD_CLOEXEC, lowest);
     const int err = errno;
     ::close(report[1]);
     if (moved < 0) {

@@ -31,6 +31,9 @@ struct SpawnSpec {
   int stdin_fd = -1;
   int stdout_fd = -1;
   int stderr_fd = -1;
+  // A descriptor the child gets as fd 3 (a channel to the agent), or -1 for
+  // none. Must be above 3 itself; every other descriptor is closed as usual.
+  int extra_fd = -1;
   // Working directory; empty keeps the parent's.
   std::string cwd;
   // Signal the child receives when the thread that spawned it dies.

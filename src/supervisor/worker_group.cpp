@@ -21,30 +21,38 @@ std::string WorkerExit::describe() const {
   return "exitcode " + std::to_string(exit_code);
 }
 
-util::Status WorkerGroup::start(const std::vector<SpawnSpec>& specs) {
+util::Status WorkerGroup::start(const std::vector<SpawnSpec>& specs,
+                                const std::vector<pid_t>& running) {
   workers_.clear();
   exits_.clear();
+  auto adopted = [&](size_t i) { return i < running.size() && running[i] > 0 ? running[i] : 0; };
   // Fork every worker first, then wait for their execs: the workers start in
   // parallel, which is most of a restart's latency on a many-GPU node.
-  std::vector<PendingSpawn> pending;
+  std::vector<PendingSpawn> pending(specs.size());
   util::Status failure;
   size_t failed_rank = 0;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    auto p = start_spawn(specs[i]);
+  size_t started = 0;
+  for (; started < specs.size(); ++started) {
+    if (adopted(started)) continue;
+    auto p = start_spawn(specs[started]);
     if (!p.is_ok()) {
       failure = p.status();
-      failed_rank = i;
+      failed_rank = started;
       break;
     }
-    pending.push_back(std::move(p).value());
+    pending[started] = std::move(p).value();
   }
   // Every child's pid is its process group's id: tell the death watch about
   // all of them at once, before their execs, in one message.
   std::vector<pid_t> pgids;
-  pgids.reserve(pending.size());
-  for (const auto& p : pending) pgids.push_back(p.pid);
+  pgids.reserve(specs.size());
+  for (size_t i = 0; i < started; ++i) pgids.push_back(adopted(i) ? adopted(i) : pending[i].pid);
   if (watch_) watch_->add(pgids);
-  for (size_t i = 0; i < pending.size(); ++i) {
+  for (size_t i = 0; i < started; ++i) {
+    if (adopted(i)) {
+      workers_.push_back(Worker{adopted(i), false});
+      continue;
+    }
     auto pid = finish_spawn(pending[i]);
     if (pid.is_ok()) {
       workers_.push_back(Worker{pid.value(), false});

@@ -35,7 +35,9 @@ class WorkerGroup {
 
   // Starts one worker per spec, local rank = index. If one cannot start, the
   // ones already started are killed and reaped, and the error names the rank.
-  util::Status start(const std::vector<SpawnSpec>& specs);
+  // running[i] > 0 adopts that already running child of ours (its own
+  // process group leader) as local rank i instead of starting specs[i].
+  util::Status start(const std::vector<SpawnSpec>& specs, const std::vector<pid_t>& running = {});
 
   // Collects every child that has exited (workers and anything else the
   // agent has become the parent of) and returns the workers among them, in

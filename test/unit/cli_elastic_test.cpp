@@ -128,6 +128,8 @@ TEST_CASE("every elastic flag takes both spellings and has no PET_ fallback", "[
       {Flag::kMinStablePeriod, "3"},
       {Flag::kMaxStablePeriod, "900"},
       {Flag::kConfig, file},
+      {Flag::kWarmStart, "1"},
+      {Flag::kWarmStartImports, "torch,numpy.linalg"},
   };
   const std::string baseline = to_json(parse({"--rdzv-id", "x", "--rdzv-backend", "c10d"}));
   size_t seen = 0;
@@ -143,6 +145,11 @@ TEST_CASE("every elastic flag takes both spellings and has no PET_ fallback", "[
     std::vector<std::string> outs;
     for (const auto& name : spec.spellings()) {
       Args a = base;
+      if (!spec.takes_value) {  // a switch: given, or not
+        a.push_back(name);
+        outs.push_back(to_json(parse(a)));
+        continue;
+      }
       a.insert(a.end(), {name, value});
       outs.push_back(to_json(parse(a)));
       a = base;

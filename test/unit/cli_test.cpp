@@ -41,6 +41,7 @@ bool is_uuid4(const std::string& s) {
 
 // A value for each flag that differs from its default.
 const std::map<Flag, std::string> kSample = {
+    {Flag::kWarmStartImports, "torch,numpy"},
     {Flag::kNnodes, "2"},
     {Flag::kNprocPerNode, "3"},
     {Flag::kRdzvBackend, "etcd"},
@@ -149,7 +150,9 @@ TEST_CASE("the flag table holds every torchrun 2.15 flag, hyperpodrun's extras a
                                           "faulty_scale_down_timeout",
                                           "min_stable_period",
                                           "max_stable_period",
-                                          "config"};
+                                          "config",
+                                          "warm_start",
+                                          "warm_start_imports"};
   std::set<std::string> dests;
   for (const auto& f : flag_table()) dests.insert(f.dest());
   CHECK(dests == expected);

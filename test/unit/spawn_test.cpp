@@ -277,3 +277,37 @@ TEST_CASE("a parent whose standard descriptors are closed still gets the child's
   CHECK(exit_code(child.wait()) == 0);
   CHECK(slurp(log).empty());
 }
+
+// --warm-start's channel: the descriptor given as extra_fd is the child's
+// fd 3, open without close-on-exec, and nothing else leaks past it.
+TEST_CASE("a descriptor given for fd 3 is the child's fd 3 and the only one past the streams",
+          "[spawn]") {
+  TempDir dir;
+  UniqueFd leaky(::open("/dev/null", O_RDONLY));
+  int pipe_fds[2];
+  REQUIRE(::pipe2(pipe_fds, O_CLOEXEC) == 0);
+  UniqueFd read_end(pipe_fds[0]);
+  UniqueFd write_end(::fcntl(pipe_fds[1], F_DUPFD_CLOEXEC, 10));
+  ::close(pipe_fds[1]);
+  sv::SpawnSpec s;
+  s.env = {kPath};
+  // ls lists its own fds (its listing is fd 4 then); the shell writes to fd 3.
+  s.argv = {"/bin/sh", "-c", "ls /proc/self/fd; echo through-three >&3"};
+  s.extra_fd = write_end.get();
+  CHECK(output_of(s, dir) == "0\n1\n2\n3\n4\n");
+  write_end.reset();
+  char buf[64] = {};
+  CHECK(::read(read_end.get(), buf, sizeof(buf) - 1) > 0);
+  CHECK(std::string(buf) == "through-three\n");
+}
+
+TEST_CASE("a descriptor for fd 3 that is itself below 4 is refused before any child starts",
+          "[spawn]") {
+  sv::SpawnSpec s;
+  s.argv = {"/bin/true"};
+  s.extra_fd = 2;
+  auto pid = sv::spawn(s);
+  REQUIRE_FALSE(pid.is_ok());
+  CHECK(pid.status().err() == EINVAL);
+  CHECK(no_children_left());
+}
