@@ -12,9 +12,18 @@ last checkpoint) and under elasticrun:
     elasticrun --nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d \\
         --rdzv-endpoint host:29400 --rdzv-id demo train_elastic.py --ckpt /shared/ckpt
 
-With --log DIR each rank appends one JSON line per step to
-DIR/steps.rank<R>.jsonl (the step, the world size, its sample indices, the
-loss), which examples/python/elastic_demo.py checks and plots.
+With --log DIR (also spelt --step-log: torchrun takes --log for an
+abbreviation of its own --log-dir and refuses it as ambiguous) each rank
+appends one JSON line per step to DIR/steps.rank<R>.jsonl (the step, the
+world size, its sample indices, the loss, the learning rate and the rank's
+micro-batch), which examples/python/elastic_demo.py checks and plots.
+
+Under elasticrun --config FILE, the file's worldSizeOverrides
+(docs/job-config.md) apply at each (re)start: the entry for the number of
+nodes the job now runs on sets the base learning rate of the cosine schedule
+(which continues where it was, at the new base) and the micro-batch size of
+the plan; sizes without an entry train with --lr and --micro-batches. Under
+torchrun there is no file and nothing is overridden.
 
 With --events DIR each process appends timing records to
 DIR/events.<pid>.jsonl, one JSON object a line, all times time.time():
@@ -40,6 +49,7 @@ T_START = time.time()  # before torch is imported: a restart's cost starts here
 import argparse
 import datetime
 import json
+import math
 import os
 import signal
 import sys
@@ -50,7 +60,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import elasticrun
-from elasticrun.batch import plan_batches
+from elasticrun.batch import load_overrides, plan_batches
 from elasticrun.checkpoint import CheckpointManager
 from elasticrun.sampler import ElasticSampler
 
@@ -110,7 +120,8 @@ def main() -> int:
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--save-every", type=int, default=25, help="periodic checkpoint interval")
     p.add_argument("--step-s", type=float, default=0.0, help="pause per step (demo pacing)")
-    p.add_argument("--log", type=Path, help="directory for per-step JSON lines")
+    p.add_argument("--log", "--step-log", dest="log", type=Path,
+                   help="directory for per-step JSON lines")
     p.add_argument("--events", type=Path, help="directory for per-process timing records")
     p.add_argument("--sample-s", type=float, default=0.0,
                    help="pause per local sample in each step (compute stand-in)")
@@ -125,6 +136,26 @@ def main() -> int:
     except BaseException as e:
         events("error", t=time.time(), what=f"{type(e).__name__}: {e}"[:300])
         raise
+
+
+def set_base_lr(opt: torch.optim.Optimizer, sched, base: float) -> None:
+    """Makes `base` the cosine schedule's base learning rate from its current
+    position on: the learning rate becomes what the schedule would give now
+    had it started at `base`, and the following steps continue from there.
+    When `base` already is the base nothing is touched, so a resumed run
+    without overrides is bit for bit the run that never stopped."""
+    if all(b == base for b in sched.base_lrs):
+        return
+    # eta_min is 0: the closed form, not a ratio of old to new (the old base
+    # may be 0). CosineAnnealingLR steps recursively from group["lr"], so
+    # setting it is enough for the steps that follow; base_lrs and
+    # initial_lr are what it and the next checkpoint read.
+    lr = base * (1 + math.cos(math.pi * sched.last_epoch / sched.T_max)) / 2
+    for group in opt.param_groups:
+        group["initial_lr"] = base
+        group["lr"] = lr
+    sched.base_lrs = [base] * len(opt.param_groups)
+    sched._last_lr = [lr] * len(opt.param_groups)
 
 
 def train(args, events: EventLog) -> int:
@@ -148,9 +179,17 @@ def train(args, events: EventLog) -> int:
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.steps)
 
+    # worldSizeOverrides are keyed by nodes, not ranks (docs/job-config.md).
+    nodes = int(os.environ.get("GROUP_WORLD_SIZE")
+                or world // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    override = load_overrides().get(nodes, {})
+    base_lr = override.get("learningRate", args.lr)
+
     # The same global batch at every world size: each rank's micro-batch and
     # the common number of accumulation steps come from the plan.
-    plan = plan_batches(args.global_batch, world, [int(s) for s in args.micro_batches.split(",")])
+    micro_sizes = override.get("microBatchSize",
+                               [int(s) for s in args.micro_batches.split(",")])
+    plan = plan_batches(args.global_batch, world, micro_sizes)
     sampler = ElasticSampler(args.dataset, seed=args.seed)
     ckpt = CheckpointManager(args.ckpt, keep=3)
     t_load = time.time()
@@ -159,11 +198,17 @@ def train(args, events: EventLog) -> int:
     if state is not None:
         step = state["step"]
         sampler.load_state_dict(state["sampler"])
+    # After the load: the checkpoint holds the base of the size it was saved at.
+    set_base_lr(opt, sched, base_lr)
     sampler.set_world(rank, world, plan)
     events("init", t_load=t_load, t1=time.time(), from_step=step)
     if rank == 0:
+        if override:
+            given = ", ".join(f"{k} {v}" for k, v in sorted(override.items()))
+            print(f"[train] override for {nodes} node{'s' if nodes != 1 else ''}: {given}",
+                  flush=True)
         print(f"[train] generation {generation}: world size {world}, from step {step}, "
-              f"{plan.describe()}", flush=True)
+              f"{plan.describe()}, learning rate {opt.param_groups[0]['lr']:.6g}", flush=True)
 
     log = None
     if args.log is not None:
@@ -182,6 +227,7 @@ def train(args, events: EventLog) -> int:
             sampler.set_epoch(sampler.epoch + 1)
         indices = sampler.step_indices()
         samples = sampler.next_step_samples
+        lr = opt.param_groups[0]["lr"]  # this step's
         opt.zero_grad()
         chunks = [indices[i:i + micro] for i in range(0, plan.accum_steps * micro, micro)]
         local_loss = torch.zeros((), device=device)
@@ -209,10 +255,11 @@ def train(args, events: EventLog) -> int:
         if log is not None:
             log.write(json.dumps({"step": step, "epoch": sampler.epoch, "gen": generation,
                                   "world": world, "global_batch": samples, "loss": loss_value,
-                                  "indices": indices}) + "\n")
+                                  "lr": lr, "micro": micro, "indices": indices}) + "\n")
         if elasticrun.elastic_event_detected():
             # Every rank reaches this at the same step: save and go; the
             # agents restart the job at its new size from here.
+            elasticrun.stopped()
             save(step, "resize")
             elasticrun.saved()
             if rank == 0:

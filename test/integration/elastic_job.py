@@ -56,7 +56,7 @@ class Job:
                  worker: Path = WORKER, rdzv_conf: str = RDZV_CONF,
                  addr: Callable[[int], str] = lambda n: f"127.0.0.{n}",
                  exec_prefix: Callable[[int], list] = lambda n: [],
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, worker_args: list | None = None):
         self.procs, self.marker, self.elasticrun = procs, marker, elasticrun
         self.tmp_path, self.nnodes, self.endpoint = tmp_path, nnodes, endpoint
         self.run_id, self.extra, self.worker, self.rdzv_conf = run_id, extra or [], worker, rdzv_conf
@@ -64,6 +64,9 @@ class Job:
         self.dir = tmp_path / "events"
         self.dir.mkdir()
         self.agents: dict[int, Proc] = {}
+        # What follows the worker script: by default the events directory
+        # of workers/elastic_worker.py; other workers take their own flags.
+        self.worker_args = ["--dir", self.dir] if worker_args is None else worker_args
 
     def start_agent(self, n: int, *flags: str) -> Proc:
         env = launcher_env(self.marker, self.tmp_path / "tmp", OMP_NUM_THREADS="1",
@@ -72,7 +75,7 @@ class Job:
                 "--nproc-per-node", "1", "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", self.endpoint, "--rdzv-id", self.run_id,
                 "--local-addr", self.addr(n), "--rdzv-conf", self.rdzv_conf,
-                *FAST, *self.extra, *flags, self.worker, "--dir", self.dir]
+                *FAST, *self.extra, *flags, self.worker, *self.worker_args]
         proc = self.procs.spawn(args, f"agent{n}", env=env)
         self.agents[n] = proc
         return proc
