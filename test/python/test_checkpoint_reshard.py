@@ -4,9 +4,9 @@ ranks with every parameter, every optimizer state tensor (step included),
 the learning rates and the scheduler equal to the original bit for bit;
 saved again at that size, it loads back at 4 ranks bit for bit too.
 
-The layers have 7, 13 and 3 output rows, so no size here splits them
-evenly and at 4 and 5 ranks some ranks hold none of the last layer's rows:
-DCP must cut and stitch uneven chunks, not copy whole shards.
+The layers have 7, 13 and 3 output rows: no size here but 1 splits the
+first two evenly, and at 4 and 5 ranks some ranks hold none of the last
+layer's rows. DCP must cut and stitch uneven chunks, not copy whole shards.
 
 Five processes run every world in turn, one process group at a time on one
 TCPStore (a fresh process per world would start torch 31 times, the bulk
