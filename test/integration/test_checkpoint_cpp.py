@@ -1,14 +1,16 @@
 """The C++ SDK's sharded tensor checkpoints (include/elasticrun/checkpoint.hpp,
 docs/checkpoint-format.md) through libtorch tensors: saved at one world
-size, loaded at others with each rank reading just its rows; corruption
-reported with the file's name; a save SIGKILLed at any point leaves the
-previous checkpoint loadable; retention.
+size, loaded at others with each rank reading just its rows, saved again
+there and loaded back at the first size bit for bit; corruption reported
+with the file's name; a save SIGKILLed at any point leaves the previous
+checkpoint loadable; retention.
 
 `ckpt_tool` (test/tools/ckpt_tool.cpp) saves known tensors, running the W
-ranks as threads joined by a barrier, and prints what each rank of another
-world size loads. It links libtorch, so it lives in the plain libtorch
-build; scripts/test.sh builds it and exports $CPP_CKPT_TOOL. Unset, these
-tests skip, except under CI, where a missing tool is a broken build.
+ranks as threads joined by a barrier, prints what each rank of another
+world size loads, and saves what each rank of another size loaded
+(resave). It links libtorch, so it lives in the plain libtorch build;
+scripts/test.sh builds it and exports $CPP_CKPT_TOOL. Unset, these tests
+skip, except under CI, where a missing tool is a broken build.
 """
 
 from __future__ import annotations
@@ -114,6 +116,57 @@ def test_a_checkpoint_saved_at_one_world_size_loads_at_others_each_rank_reading_
         assert head == {"step": 7, "saved_world_size": saved_at,
                         "extra": {"epoch": 2, "position": 640}}
         check_loaded(parts, 7, world)
+
+
+def records(step_dir: Path) -> dict[tuple[int, str], dict]:
+    """Every record of every shard file, with its bytes, by rank and name."""
+    out = {}
+    for meta_file in sorted(step_dir.glob("shard_*.json")):
+        meta = json.loads(meta_file.read_text())
+        data = (step_dir / meta["data"]).read_bytes()
+        for t in meta["tensors"]:
+            out[(int(meta_file.stem.split("_")[1]), t["name"])] = {
+                "dtype": t["dtype"], "shape": t["shape"], "rows": t["rows"],
+                "bytes": data[t["offset"]:t["offset"] + t["bytes"]]}
+    return out
+
+
+def whole_tensors(step_dir: Path) -> dict[str, tuple[str, list[int], bytes]]:
+    """Each tensor's dtype, global shape and bytes, its records stitched in
+    row order, however the ranks that saved it split it."""
+    parts: dict[str, list[dict]] = {}
+    for (_, name), record in records(step_dir).items():
+        parts.setdefault(name, []).append(record)
+    out = {}
+    for name, rs in parts.items():
+        rs.sort(key=lambda r: r["rows"])
+        assert [r["rows"][0] for r in rs[1:]] == [r["rows"][1] for r in rs[:-1]], name
+        out[name] = (rs[0]["dtype"], rs[0]["shape"], b"".join(r["bytes"] for r in rs))
+    return out
+
+
+@pytest.mark.parametrize("world", (1, 2, 3, 5))
+def test_a_checkpoint_loaded_and_saved_again_at_another_size_loads_back_at_four_bit_for_bit(
+    ckpt_tool, tmp_path, world
+):
+    extra = {"epoch": 2, "position": 640}
+    original = tmp_path / "at4"
+    save(ckpt_tool, original, 7, 4, extra=json.dumps(extra))
+    there = tmp_path / f"at{world}"
+    run(ckpt_tool, "resave", "--root", original, "--to", there, "--world", world)
+    head, parts = load(ckpt_tool, there, world)
+    assert head == {"step": 7, "saved_world_size": world, "extra": extra}
+    check_loaded(parts, 7, world)
+    back = tmp_path / "back"
+    run(ckpt_tool, "resave", "--root", there, "--to", back, "--world", 4)
+    head, parts = load(ckpt_tool, back, 4)
+    assert head == {"step": 7, "saved_world_size": 4, "extra": extra}
+    check_loaded(parts, 7, 4)
+
+    step = "step_000000007"
+    assert whole_tensors(original / step) == whole_tensors(there / step)
+    # Back at 4, each rank holds what it held at first, byte for byte.
+    assert records(back / step) == records(original / step)
 
 
 def test_every_rank_writes_a_shard_and_replicated_tensors_are_written_once(ckpt_tool, tmp_path):

@@ -4,6 +4,7 @@
 //   ckpt_tool save   --root DIR --step N --world W [--keep K] [--scale S]
 //                    [--extra JSON] [--kill-at-barrier B]
 //   ckpt_tool load   --root DIR --world M
+//   ckpt_tool resave --root DIR --to DIR2 --world M [--keep K]
 //   ckpt_tool verify --root DIR
 //
 // save runs the W ranks as W threads of this process, each writing its
@@ -12,6 +13,10 @@
 // B-th barrier (1: nothing written yet, 2: every shard written, not
 // published, 3: published). load prints one JSON line with the step, then
 // one per rank and tensor with the rows that rank loads and their values.
+// resave is a job resumed at M ranks that saves at once: each of M rank
+// threads loads its even share of rows of every tensor under --root (all of
+// a replicated one) and saves what it loaded under --to, with the step and
+// extra it read.
 //
 // The tensors of step n, row-major index i over the global tensor:
 //   weight  float32 [10*S, 3]        n*1000 + i
@@ -27,6 +32,8 @@
 #include <barrier>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -58,7 +65,8 @@ struct Args {
 };
 
 Args parse(int argc, char** argv) {
-  if (argc < 2) throw elasticrun::ConfigError("usage: ckpt_tool save|load|verify --root DIR ...");
+  if (argc < 2)
+    throw elasticrun::ConfigError("usage: ckpt_tool save|load|resave|verify --root DIR ...");
   Args args{argv[1], {}};
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -82,15 +90,11 @@ at::Tensor global_tensor(const std::string& name, std::int64_t n, std::int64_t s
 const std::vector<std::string> kSharded{"weight", "ids", "half"};
 const std::vector<std::string> kReplicated{"lr", "table"};
 
-int save(const Args& args) {
-  const std::filesystem::path root = args.get("root");
-  const std::int64_t step = args.num("step");
-  const int world = static_cast<int>(args.num("world"));
-  const int keep = static_cast<int>(args.num("keep", "3"));
-  const std::int64_t scale = args.num("scale", "1");
-  const std::int64_t kill_at = args.num("kill-at-barrier", "0");
-  const std::string extra = args.get("extra", "{}");
-
+// Runs `world` ranks as threads of this process; each gets a Checkpointer
+// under `root` whose barrier is one std::barrier for all. With kill_at > 0
+// the process SIGKILLs itself when rank 0 reaches its kill_at-th barrier.
+void run_ranks(const std::filesystem::path& root, int keep, int world, std::int64_t kill_at,
+               const std::function<void(int rank, ck::Checkpointer&)>& body) {
   std::barrier sync(world);
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < world; ++rank) {
@@ -101,17 +105,7 @@ int save(const Args& args) {
           if (rank == 0 && ++calls == kill_at) std::raise(SIGKILL);
           sync.arrive_and_wait();
         });
-        std::vector<ck::TensorShard> shards;
-        for (const auto& name : kSharded) {
-          const at::Tensor full = global_tensor(name, step, scale);
-          const auto [begin, end] = ck::even_rows(full.size(0), rank, world);
-          shards.push_back(ck::sharded(name, full.slice(0, begin, end), full.size(0), begin));
-        }
-        for (const auto& name : kReplicated) {
-          shards.push_back(ck::replicated(name, global_tensor(name, step, scale)));
-        }
-        const auto dir = ck::save(ckpt, step, shards, extra);
-        if (rank == 0) std::cout << json{{"saved", dir.filename().string()}}.dump() << std::endl;
+        body(rank, ckpt);
       } catch (const std::exception& e) {
         // The other ranks would wait at the barrier forever.
         std::cerr << "ckpt_tool: rank " << rank << ": " << e.what() << std::endl;
@@ -120,6 +114,30 @@ int save(const Args& args) {
     });
   }
   for (auto& t : ranks) t.join();
+}
+
+void print_saved(int rank, const std::filesystem::path& dir) {
+  if (rank == 0) std::cout << json{{"saved", dir.filename().string()}}.dump() << std::endl;
+}
+
+int save(const Args& args) {
+  const std::int64_t step = args.num("step");
+  const int world = static_cast<int>(args.num("world"));
+  const std::int64_t scale = args.num("scale", "1");
+  const std::string extra = args.get("extra", "{}");
+  run_ranks(args.get("root"), static_cast<int>(args.num("keep", "3")), world,
+            args.num("kill-at-barrier", "0"), [&](int rank, ck::Checkpointer& ckpt) {
+              std::vector<ck::TensorShard> shards;
+              for (const auto& name : kSharded) {
+                const at::Tensor full = global_tensor(name, step, scale);
+                const auto [begin, end] = ck::even_rows(full.size(0), rank, world);
+                shards.push_back(ck::sharded(name, full.slice(0, begin, end), full.size(0), begin));
+              }
+              for (const auto& name : kReplicated) {
+                shards.push_back(ck::replicated(name, global_tensor(name, step, scale)));
+              }
+              print_saved(rank, ck::save(ckpt, step, shards, extra));
+            });
   return 0;
 }
 
@@ -168,6 +186,26 @@ int load(const Args& args) {
   return 0;
 }
 
+int resave(const Args& args) {
+  const int world = static_cast<int>(args.num("world"));
+  const ck::Reader reader = open_latest(args);
+  run_ranks(args.get("to"), static_cast<int>(args.num("keep", "3")), world, 0,
+            [&](int rank, ck::Checkpointer& ckpt) {
+              std::vector<ck::TensorShard> shards;
+              for (const auto& info : reader.tensors()) {
+                if (info.replicated) {
+                  shards.push_back(ck::replicated(info.name, ck::load(reader, info.name)));
+                  continue;
+                }
+                const auto [begin, end] = ck::even_rows(info.rows(), rank, world);
+                shards.push_back(ck::sharded(
+                    info.name, ck::load_rows(reader, info.name, begin, end), info.rows(), begin));
+              }
+              print_saved(rank, ck::save(ckpt, reader.step(), shards, reader.extra_json()));
+            });
+  return 0;
+}
+
 int verify(const Args& args) {
   const ck::Reader reader = open_latest(args);
   reader.verify();
@@ -182,6 +220,7 @@ int main(int argc, char** argv) {
     const Args args = parse(argc, argv);
     if (args.command == "save") return save(args);
     if (args.command == "load") return load(args);
+    if (args.command == "resave") return resave(args);
     if (args.command == "verify") return verify(args);
     throw elasticrun::ConfigError("unknown command " + args.command);
   } catch (const elasticrun::ConfigError& e) {
