@@ -143,6 +143,8 @@ class Run:
                   "--local-addr", f"127.0.0.{n}", "--max-restarts", "100"]
         if self.launcher == "elasticrun":
             argv = [a.elasticrun, *common, *ELASTICRUN_FLAGS]
+            if a.warm_start:
+                argv.append("--warm-start")
         else:
             argv = [a.torchrun, *common, *TORCHRUN_FLAGS]
         argv += [str(TRAIN), "--ckpt", str(self.dir / "ckpt"), "--steps", str(self.steps),
@@ -550,6 +552,8 @@ def command_line(args) -> str:
             cmd.append(f"{flag} {value}")
     if args.no_fixed:
         cmd.append("--no-fixed")
+    if args.warm_start:
+        cmd.append("--warm-start")
     return " ".join(cmd)
 
 
@@ -563,6 +567,8 @@ def main() -> int:
     ap.add_argument("--torchrun", default=str(ROOT / ".venv/bin/torchrun"))
     ap.add_argument("--launchers", default="elasticrun,torchrun")
     ap.add_argument("--no-fixed", action="store_true", help="skip the fixed-size elasticrun run")
+    ap.add_argument("--warm-start", action="store_true",
+                    help="run elasticrun with --warm-start (docs/warm-start.md)")
     ap.add_argument("--sample-s", type=float, default=0.006, help="compute stand-in per local sample")
     ap.add_argument("--save-every", type=int, default=50, help="periodic checkpoint interval, steps")
     ap.add_argument("--pg-timeout", type=float, default=60,
@@ -617,7 +623,7 @@ def main() -> int:
             "nproc": os.cpu_count(), "load_start": load_start, "torch": importlib.metadata.version("torch"),
             "load_end": " / ".join(f"{x:.2f}" for x in os.getloadavg())}
     settings = {k: getattr(args, k) for k in ("launchers", "sample_s", "save_every", "pg_timeout",
-                                               "no_fixed")}
+                                               "no_fixed", "warm_start")}
     out_json = args.json or base / "churn.json"
     out_json.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps({"trace": str(args.trace.resolve()), "settings": settings,

@@ -38,7 +38,7 @@ struct WarmStartConfig {
   std::string mode = "script";
   // Index in a worker's argv where its sys.argv begins (the file or module).
   size_t argv_offset = 2;
-  std::vector<std::string> imports = {"torch"};
+  std::vector<std::string> imports = {"torch", "torch._dynamo"};
 };
 
 class WarmPool {

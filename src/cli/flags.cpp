@@ -152,7 +152,9 @@ const std::vector<FlagSpec> kFlags = {
      "(unchanged: as __main__, with its argv, environment and streams), so a restart skips "
      "the interpreter's start and `import torch` (docs/warm-start.md)."},
     {Flag::kWarmStartImports, "", "--warm-start-imports", kValue, kNoEnv, kElastic, "MODULES",
-     "torch", "Modules the warm interpreters import ahead, comma-separated."},
+     "torch,torch._dynamo",
+     "Modules the warm interpreters import ahead, comma-separated (DDP, FSDP and torch.compile "
+     "import torch._dynamo on first use)."},
 };
 
 constexpr size_t kWidth = 100;

@@ -113,7 +113,7 @@ struct LaunchConfig {
   // --warm-start: Python workers run in interpreters started ahead that have
   // imported warm_start_imports already.
   bool warm_start = false;
-  std::vector<std::string> warm_start_imports = {"torch"};
+  std::vector<std::string> warm_start_imports = {"torch", "torch._dynamo"};
 
   // --- elasticrun's own: the elastic policy (--min-replicas ..., --config).
   ElasticOptions elastic;
