@@ -13,7 +13,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string text_of(const fs::path& path) {
-  auto text = read_text(path);
+  auto text = file_system().read_text(path);
   if (!text) throw Error("checkpoint: " + text.status().message());
   return std::move(text).value();
 }
@@ -73,7 +73,7 @@ const TensorInfo& Reader::tensor(std::string_view name) const {
 
 std::vector<std::byte> Reader::read_record(const Record& record) const {
   const fs::path file = dir_ / record.file;
-  auto bytes = read_at(file, record.offset, record.size);
+  auto bytes = file_system().read_at(file, record.offset, record.size);
   if (!bytes) throw Error("checkpoint: " + bytes.status().message());
   const std::uint32_t crc = crc32c(bytes.value());
   if (crc != record.crc32c) {
