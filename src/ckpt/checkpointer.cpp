@@ -68,6 +68,9 @@ fs::path Checkpointer::save(std::int64_t step, std::span<const ShardView> shards
                             std::string_view extra_json) {
   if (step < 0) throw ConfigError("checkpoint: step " + std::to_string(step) + " is negative");
   for (const auto& s : shards) check_shard(s, rank_);
+  // Refuses extra_json that is not JSON now, before anything is written.
+  const std::string manifest =
+      rank_ == 0 ? layout::encode_manifest(step, world_size_, extra_json) : std::string();
   FileSystem& disk = file_system();
   const fs::path final_dir = root_ / layout::step_dir(step);
   const fs::path partial = root_ / (layout::step_dir(step) + std::string(layout::kPartialSuffix));
@@ -103,7 +106,7 @@ fs::path Checkpointer::save(std::int64_t step, std::span<const ShardView> shards
   barrier_();
 
   if (rank_ == 0) {
-    publish(partial, final_dir, step, extra_json);
+    publish(partial, final_dir, manifest);
     prune();
   }
   barrier_();
@@ -115,9 +118,8 @@ fs::path Checkpointer::save(std::int64_t step, std::span<const ShardView> shards
 // leaves a .partial that the next save removes; a crash between the rename
 // and `latest` leaves `latest` naming the previous checkpoint, which
 // retention has not touched yet.
-void Checkpointer::publish(const fs::path& partial, const fs::path& final_dir, std::int64_t step,
-                           std::string_view extra_json) const {
-  const std::string manifest = layout::encode_manifest(step, world_size_, extra_json);
+void Checkpointer::publish(const fs::path& partial, const fs::path& final_dir,
+                           const std::string& manifest) const {
   const std::span<const std::byte> bytes{reinterpret_cast<const std::byte*>(manifest.data()),
                                          manifest.size()};
   FileSystem& disk = file_system();
