@@ -39,7 +39,7 @@ Reader::Reader(fs::path dir) : dir_(std::move(dir)) {
   std::map<std::string, Entry, std::less<>> by_name;
   for (int rank = 0; rank < world_size_; ++rank) {
     const fs::path file = dir_ / layout::shard_meta(rank);
-    for (auto& r : layout::decode_shard_meta(text_of(file), rank, file.string())) {
+    for (auto& r : layout::decode_shard_meta(text_of(file), rank, world_size_, file.string())) {
       auto [it, fresh] = by_name.try_emplace(r.info.name, Entry{r.info, {}});
       if (!fresh && !same_tensor(it->second.info, r.info)) {
         throw Error("checkpoint: " + file.string() + ": tensor '" + r.info.name +
