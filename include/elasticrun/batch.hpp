@@ -4,12 +4,16 @@
 // to all ranks, so that accum_steps * sum(micro_batches) == global_batch.
 //
 // The same plans as the Python SDK's elasticrun.batch (plan_batches,
-// admissible_world_sizes; docs/sdk-python.md): a job whose ranks mix the
-// two languages, or that moves from one to the other, splits alike. The
-// integration suite compares the two (test_sdk_cpp_equivalence.py).
+// admissible_world_sizes, discrete_values_flag; docs/sdk-python.md): a job
+// whose ranks mix the two languages, or that moves from one to the other,
+// splits alike. load_overrides reads the per-world-size learning rate and
+// micro-batch of the job config file (docs/job-config.md). The integration
+// suite compares the two (test_sdk_cpp_equivalence.py).
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,5 +57,43 @@ std::vector<int64_t> admissible_world_sizes(int64_t global_batch,
                                             const std::vector<int64_t>& micro_batch_sizes,
                                             const std::vector<int64_t>& candidates,
                                             int64_t max_accum = 64);
+
+// One entry of the job config's worldSizeOverrides: only the keys the file
+// gives are set.
+struct Override {
+  std::optional<double> learning_rate;      // learningRate
+  std::optional<int64_t> micro_batch_size;  // microBatchSize
+
+  bool operator==(const Override&) const = default;
+};
+
+// World size in nodes -> what the job trains with there.
+using Overrides = std::map<int64_t, Override>;
+
+// The variable through which the agent names the job config file (--config,
+// made absolute) to its workers.
+inline constexpr const char* kConfigFileEnv = "ELASTICRUN_CONFIG_FILE";
+
+// "--replica-discrete-values 2,4,8": the node counts among `nodes` at which
+// nproc_per_node ranks per node admit the global batch. An entry of
+// `overrides` with a micro_batch_size replaces micro_batch_sizes at its node
+// count, as the job will train there. Throws ConfigError when no node count
+// does, or an argument is below 1.
+std::string discrete_values_flag(int64_t global_batch,
+                                 const std::vector<int64_t>& micro_batch_sizes,
+                                 int64_t nproc_per_node, const std::vector<int64_t>& nodes,
+                                 int64_t max_accum = 64, const Overrides& overrides = {});
+
+// worldSizeOverrides of the job config file at `path` (docs/job-config.md),
+// read with the agent's own parser, so a file the agent started the job with
+// is read the same way here, and one it refuses is refused. No such section:
+// empty. Throws ConfigError naming the file (and, for a bad section, the
+// line) when it cannot be read, is larger than 1 MiB or would be refused by
+// elasticrun.
+Overrides load_overrides(const std::string& path);
+
+// The same for the file $ELASTICRUN_CONFIG_FILE names; unset or empty (no
+// --config, or no agent): empty.
+Overrides load_overrides();
 
 }  // namespace elasticrun::sdk

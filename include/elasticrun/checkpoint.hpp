@@ -69,7 +69,7 @@ class Checkpointer {
 
  private:
   void publish(const std::filesystem::path& partial, const std::filesystem::path& final_dir,
-               std::int64_t step, std::string_view extra_json) const;
+               const std::string& manifest) const;
   void prune() const;
 
   std::filesystem::path root_;

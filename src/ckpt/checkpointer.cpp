@@ -1,5 +1,5 @@
 #include <algorithm>
-#include <system_error>
+#include <cerrno>
 
 #include "ckpt/crc32c.hpp"
 #include "ckpt/durable_file.hpp"
@@ -13,6 +13,12 @@ namespace {
 
 void check(const util::Status& st) {
   if (!st) throw Error("checkpoint: " + st.message());
+}
+
+template <class T>
+T check(util::Result<T> r) {
+  check(r ? util::Status() : r.status());
+  return std::move(r).value();
 }
 
 void check_shard(const ShardView& s, int rank) {
@@ -62,18 +68,24 @@ fs::path Checkpointer::save(std::int64_t step, std::span<const ShardView> shards
                             std::string_view extra_json) {
   if (step < 0) throw ConfigError("checkpoint: step " + std::to_string(step) + " is negative");
   for (const auto& s : shards) check_shard(s, rank_);
+  // Refuses extra_json that is not JSON now, before anything is written.
+  const std::string manifest =
+      rank_ == 0 ? layout::encode_manifest(step, world_size_, extra_json) : std::string();
+  FileSystem& disk = file_system();
   const fs::path final_dir = root_ / layout::step_dir(step);
   const fs::path partial = root_ / (layout::step_dir(step) + std::string(layout::kPartialSuffix));
 
   if (rank_ == 0) {
-    fs::create_directories(root_);
-    fs::remove_all(partial);  // left by a save that crashed at this step
+    // Durably: a root made here and lost in a crash would take every
+    // checkpoint published in it along.
+    check(make_dirs(disk, root_));
+    check(disk.remove_all(partial));  // left by a save that crashed at this step
   }
   barrier_();
 
-  // Ignore the error of create_directory: every rank makes it, one wins.
-  std::error_code ignored;
-  fs::create_directory(partial, ignored);
+  // Every rank makes it, one wins. Its name needs no sync of its own: the
+  // rename in publish() is what makes it visible, and root is synced then.
+  if (auto st = disk.make_dir(partial); !st && st.err() != EEXIST) check(st);
   std::vector<layout::ShardRecord> records;
   std::vector<std::span<const std::byte>> parts;
   std::uint64_t offset = 0;
@@ -85,16 +97,16 @@ fs::path Checkpointer::save(std::int64_t step, std::span<const ShardView> shards
     parts.push_back(s.bytes);
     offset += s.bytes.size();
   }
-  check(write_file(partial / layout::shard_data(rank_), parts));
+  check(disk.write_file(partial / layout::shard_data(rank_), parts));
   const std::string meta = layout::encode_shard_meta(rank_, world_size_, records);
   const std::span<const std::byte> meta_bytes{reinterpret_cast<const std::byte*>(meta.data()),
                                               meta.size()};
-  check(write_file(partial / layout::shard_meta(rank_), std::span(&meta_bytes, 1)));
-  check(fsync_dir(partial));
+  check(disk.write_file(partial / layout::shard_meta(rank_), std::span(&meta_bytes, 1)));
+  check(disk.sync_dir(partial));
   barrier_();
 
   if (rank_ == 0) {
-    publish(partial, final_dir, step, extra_json);
+    publish(partial, final_dir, manifest);
     prune();
   }
   barrier_();
@@ -106,52 +118,56 @@ fs::path Checkpointer::save(std::int64_t step, std::span<const ShardView> shards
 // leaves a .partial that the next save removes; a crash between the rename
 // and `latest` leaves `latest` naming the previous checkpoint, which
 // retention has not touched yet.
-void Checkpointer::publish(const fs::path& partial, const fs::path& final_dir, std::int64_t step,
-                           std::string_view extra_json) const {
-  const std::string manifest = layout::encode_manifest(step, world_size_, extra_json);
+void Checkpointer::publish(const fs::path& partial, const fs::path& final_dir,
+                           const std::string& manifest) const {
   const std::span<const std::byte> bytes{reinterpret_cast<const std::byte*>(manifest.data()),
                                          manifest.size()};
-  check(write_file(partial / layout::kManifest, std::span(&bytes, 1)));
-  check(fsync_dir(partial));
-  if (fs::exists(final_dir)) {
+  FileSystem& disk = file_system();
+  check(disk.write_file(partial / layout::kManifest, std::span(&bytes, 1)));
+  check(disk.sync_dir(partial));
+  if (check(disk.kind(final_dir)) != FileKind::kAbsent) {
     // The same step saved again (a restart repeated it), and `latest` may
     // name it: swap atomically, so the name always holds a whole checkpoint.
-    check(exchange(partial, final_dir));
-    check(fsync_dir(root_));
-    fs::remove_all(partial);
+    check(disk.exchange(partial, final_dir));
+    check(disk.sync_dir(root_));
+    check(disk.remove_all(partial));
   } else {
-    fs::rename(partial, final_dir);
-    check(fsync_dir(root_));
+    check(disk.rename(partial, final_dir));
+    check(disk.sync_dir(root_));
   }
-  check(replace_file(root_ / layout::kLatest, final_dir.filename().string() + "\n"));
+  check(replace_file(disk, root_ / layout::kLatest, final_dir.filename().string() + "\n"));
 }
 
+// Removals are not synced: a crash that brings one back brings back a whole
+// checkpoint that `latest` does not name, or a .partial, which the next save
+// removes again.
 void Checkpointer::prune() const {
+  FileSystem& disk = file_system();
   const auto current = latest(root_);
   auto all = published(root_);
   if (all.size() > static_cast<std::size_t>(keep_)) {
     all.resize(all.size() - static_cast<std::size_t>(keep_));
     for (const auto& old : all) {
-      if (old != current) fs::remove_all(old);
+      if (old != current) check(disk.remove_all(old));
     }
   }
-  for (const auto& entry : fs::directory_iterator(root_)) {
-    const std::string name = entry.path().filename().string();
-    if (name.starts_with("step_") && name.ends_with(layout::kPartialSuffix)) {
-      fs::remove_all(entry.path());  // crashed saves of other steps
+  for (const auto& entry : check(disk.list(root_))) {
+    if (entry.name.starts_with("step_") && entry.name.ends_with(layout::kPartialSuffix)) {
+      check(disk.remove_all(root_ / entry.name));  // crashed saves of other steps
     }
   }
 }
 
 std::optional<fs::path> latest(const fs::path& root) {
-  auto text = read_text(root / layout::kLatest);
+  FileSystem& disk = file_system();
+  auto text = disk.read_text(root / layout::kLatest);
   if (!text) {
     if (text.status().err() == ENOENT) return std::nullopt;
     throw Error("checkpoint: " + text.status().message());
   }
   std::string name = text.value();
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  if (!layout::parse_step_dir(name) || !fs::is_directory(root / name)) {
+  if (!layout::parse_step_dir(name) || check(disk.kind(root / name)) != FileKind::kDirectory) {
     throw Error("checkpoint: " + (root / layout::kLatest).string() + " names '" + name +
                 "', which is not a checkpoint directory");
   }
@@ -160,11 +176,12 @@ std::optional<fs::path> latest(const fs::path& root) {
 
 std::vector<fs::path> published(const fs::path& root) {
   std::vector<std::pair<std::int64_t, fs::path>> found;
-  std::error_code ec;
-  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-    if (auto step = layout::parse_step_dir(it->path().filename().string());
-        step && it->is_directory()) {
-      found.emplace_back(*step, it->path());
+  // A root that cannot be listed (not made yet) has nothing published.
+  auto entries = file_system().list(root);
+  if (!entries) return {};
+  for (const DirEntry& entry : entries.value()) {
+    if (auto step = layout::parse_step_dir(entry.name); step && entry.directory) {
+      found.emplace_back(*step, root / entry.name);
     }
   }
   std::sort(found.begin(), found.end());

@@ -31,8 +31,9 @@ struct ShardRecord {
 
 std::string encode_shard_meta(int rank, int world_size, const std::vector<ShardRecord>& records);
 // Throws Error naming `file` when the text is not a shard metadata file of
-// this version for `rank`.
-std::vector<ShardRecord> decode_shard_meta(std::string_view text, int rank,
+// this version written by `rank` of `world_size`, or a record in it does not
+// add up (sizes against shapes, rows against the global shape).
+std::vector<ShardRecord> decode_shard_meta(std::string_view text, int rank, int world_size,
                                            const std::string& file);
 
 std::string encode_manifest(std::int64_t step, int world_size, std::string_view extra_json);

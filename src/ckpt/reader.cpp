@@ -13,7 +13,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string text_of(const fs::path& path) {
-  auto text = read_text(path);
+  auto text = file_system().read_text(path);
   if (!text) throw Error("checkpoint: " + text.status().message());
   return std::move(text).value();
 }
@@ -39,7 +39,7 @@ Reader::Reader(fs::path dir) : dir_(std::move(dir)) {
   std::map<std::string, Entry, std::less<>> by_name;
   for (int rank = 0; rank < world_size_; ++rank) {
     const fs::path file = dir_ / layout::shard_meta(rank);
-    for (auto& r : layout::decode_shard_meta(text_of(file), rank, file.string())) {
+    for (auto& r : layout::decode_shard_meta(text_of(file), rank, world_size_, file.string())) {
       auto [it, fresh] = by_name.try_emplace(r.info.name, Entry{r.info, {}});
       if (!fresh && !same_tensor(it->second.info, r.info)) {
         throw Error("checkpoint: " + file.string() + ": tensor '" + r.info.name +
@@ -73,7 +73,7 @@ const TensorInfo& Reader::tensor(std::string_view name) const {
 
 std::vector<std::byte> Reader::read_record(const Record& record) const {
   const fs::path file = dir_ / record.file;
-  auto bytes = read_at(file, record.offset, record.size);
+  auto bytes = file_system().read_at(file, record.offset, record.size);
   if (!bytes) throw Error("checkpoint: " + bytes.status().message());
   const std::uint32_t crc = crc32c(bytes.value());
   if (crc != record.crc32c) {

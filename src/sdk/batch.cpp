@@ -217,4 +217,35 @@ std::vector<int64_t> admissible_world_sizes(int64_t global_batch,
   return out;
 }
 
+std::string discrete_values_flag(int64_t global_batch,
+                                 const std::vector<int64_t>& micro_batch_sizes,
+                                 int64_t nproc_per_node, const std::vector<int64_t>& nodes,
+                                 int64_t max_accum, const Overrides& overrides) {
+  // Arguments are checked in Python's order, so a call with several bad ones
+  // is refused with the same message in both languages.
+  const int64_t g = positive(global_batch, "global_batch");
+  const int64_t per_node = positive(nproc_per_node, "nproc_per_node");
+  const Sizes default_sizes = sorted_sizes(micro_batch_sizes);
+  const int64_t accum_limit = positive(max_accum, "max_accum");
+  std::set<int64_t> unique;
+  for (int64_t n : nodes) unique.insert(positive(n, "a node count"));
+  const Sizes counts(unique.begin(), unique.end());
+  std::string admitted;
+  for (int64_t n : counts) {
+    const auto it = overrides.find(n);
+    const bool overridden = it != overrides.end() && it->second.micro_batch_size.has_value();
+    const Sizes sizes = overridden ? sorted_sizes({*it->second.micro_batch_size}) : default_sizes;
+    if (find_plan(g, n * per_node, sizes, accum_limit)) {
+      admitted += (admitted.empty() ? "" : ",") + std::to_string(n);
+    }
+  }
+  if (admitted.empty()) {
+    throw ConfigError("no node count in " + list_text(counts) + " admits global batch " +
+                      std::to_string(g) + " with " + std::to_string(per_node) +
+                      " ranks per node, micro-batch sizes " + list_text(default_sizes) +
+                      " and at most " + std::to_string(accum_limit) + " accumulation steps");
+  }
+  return "--replica-discrete-values " + admitted;
+}
+
 }  // namespace elasticrun::sdk

@@ -7,6 +7,12 @@
 //       -> {"micro_batches": [..], "accum_steps": n, "describe": "..."} | {"error": "..."}
 //   {"op": "admissible", "g": G, "sizes": [..], "candidates": [..], "max_accum": K}
 //       -> {"sizes": [..]} | {"error": "..."}
+//   {"op": "flag", "g": G, "sizes": [..], "nproc": P, "nodes": [..], "max_accum": K,
+//    "overrides": {"<nodes>": {"microBatchSize": m, "learningRate": x}, ..}}
+//       -> {"flag": "--replica-discrete-values ..."} | {"error": "..."}
+//   {"op": "overrides", "path": P}  (no "path": $ELASTICRUN_CONFIG_FILE)
+//       -> {"overrides": {"<nodes>": {"learningRate": x, "microBatchSize": m}, ..}}
+//          (only the keys the file gives) | {"error": "..."}
 //   {"op": "perm", "n": N, "seed": S, "epoch": E, "shuffle": b, "start": a, "stop": b}
 //       -> {"values": [..]}
 //   {"op": "sampler", "n": N, "seed": S, "shuffle": b, "drop_last": b, "script": [..]}
@@ -41,6 +47,29 @@ json state_json(const ElasticSampler::State& s) {
   return {{"version", s.version}, {"dataset_len", s.dataset_len},
           {"seed", s.seed},       {"shuffle", s.shuffle},
           {"epoch", s.epoch},     {"position", s.position}};
+}
+
+sdk::Overrides overrides_from(const json& j) {
+  sdk::Overrides out;
+  for (const auto& [key, value] : j.items()) {
+    sdk::Override& o = out[std::stoll(key)];
+    if (value.contains("learningRate")) o.learning_rate = value.at("learningRate").get<double>();
+    if (value.contains("microBatchSize")) {
+      o.micro_batch_size = value.at("microBatchSize").get<int64_t>();
+    }
+  }
+  return out;
+}
+
+json overrides_json(const sdk::Overrides& overrides) {
+  json out = json::object();
+  for (const auto& [nodes, o] : overrides) {
+    json entry = json::object();
+    if (o.learning_rate) entry["learningRate"] = *o.learning_rate;
+    if (o.micro_batch_size) entry["microBatchSize"] = *o.micro_batch_size;
+    out[std::to_string(nodes)] = entry;
+  }
+  return out;
 }
 
 json run_command(ElasticSampler& sampler, const json& cmd) {
@@ -84,6 +113,16 @@ json answer(const json& q) {
     if (op == "admissible") {
       return {{"sizes", sdk::admissible_world_sizes(q.at("g"), q.at("sizes"), q.at("candidates"),
                                                     q.at("max_accum"))}};
+    }
+    if (op == "flag") {
+      return {{"flag",
+               sdk::discrete_values_flag(q.at("g"), q.at("sizes"), q.at("nproc"), q.at("nodes"),
+                                         q.at("max_accum"),
+                                         overrides_from(q.value("overrides", json::object())))}};
+    }
+    if (op == "overrides") {
+      return {{"overrides", overrides_json(q.contains("path") ? sdk::load_overrides(q.at("path"))
+                                                              : sdk::load_overrides())}};
     }
     if (op == "perm") {
       const sdk::Permutation perm(q.at("n"), q.at("seed"), q.at("epoch"), q.at("shuffle"));

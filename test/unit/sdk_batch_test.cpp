@@ -53,3 +53,41 @@ TEST_CASE("admissible world sizes are the candidates with a plan, sorted once ea
   CHECK(sdk::admissible_world_sizes(128, {8}, {16, 4, 8, 3, 8, 32}) ==
         std::vector<int64_t>{4, 8, 16});
 }
+
+TEST_CASE("the discrete-values flag lists the node counts that admit the batch", "[sdk][batch]") {
+  // The example of docs/sdk-python.md: 4 ranks per node at micro-batch 8 fit
+  // 128 on 1, 2 and 4 nodes; 3 nodes (12 ranks) cannot split it evenly.
+  CHECK(sdk::discrete_values_flag(128, {8}, 4, {1, 2, 3, 4, 5, 6, 7, 8}) ==
+        "--replica-discrete-values 1,2,4");
+  // Any order and repeats: sorted, once each.
+  CHECK(sdk::discrete_values_flag(128, {8}, 4, {4, 1, 4, 2}) == "--replica-discrete-values 1,2,4");
+}
+
+TEST_CASE("an override's micro-batch replaces the sizes at its node count only", "[sdk][batch]") {
+  sdk::Overrides overrides;
+  overrides[8].micro_batch_size = 4;  // 32 ranks x 4 = 128
+  overrides[8].learning_rate = 0.1;   // ignored by the flag
+  overrides[2].learning_rate = 0.5;   // no micro-batch: the default sizes
+  CHECK(sdk::discrete_values_flag(128, {8}, 4, {1, 2, 3, 4, 5, 6, 7, 8}, 64, overrides) ==
+        "--replica-discrete-values 1,2,4,8");
+  overrides[1].micro_batch_size = 5;  // 4 ranks x 5: 20 a step, and 128 is no multiple of 20
+  CHECK(sdk::discrete_values_flag(128, {8}, 4, {1, 2, 4}, 64, overrides) ==
+        "--replica-discrete-values 2,4");
+}
+
+TEST_CASE("no admissible node count is an error naming the inputs, not an empty flag",
+          "[sdk][batch]") {
+  CHECK_THROWS_WITH(sdk::discrete_values_flag(7, {8, 2}, 4, {3, 1, 2}),
+                    "no node count in [1, 2, 3] admits global batch 7 with 4 ranks per node, "
+                    "micro-batch sizes [2, 8] and at most 64 accumulation steps");
+  CHECK_THROWS_WITH(sdk::discrete_values_flag(128, {8}, 4, {}),
+                    Catch::StartsWith("no node count in [] admits"));
+  CHECK_THROWS_WITH(sdk::discrete_values_flag(128, {8}, 0, {1}),
+                    "nproc_per_node must be at least 1, got 0");
+  CHECK_THROWS_WITH(sdk::discrete_values_flag(128, {8}, 4, {2, 0}),
+                    "a node count must be at least 1, got 0");
+  sdk::Overrides overrides;
+  overrides[2].micro_batch_size = 0;
+  CHECK_THROWS_WITH(sdk::discrete_values_flag(128, {8}, 4, {2}, 64, overrides),
+                    "a micro-batch size must be at least 1, got 0");
+}
