@@ -1,6 +1,7 @@
 // CRC32C (src/ckpt/crc32c), the checksum of every record of a checkpoint
-// shard: the published test vectors, and the slicing-by-8 loop against the
-// one-bit-at-a-time definition at every length and alignment around it.
+// shard: the published test vectors, and both implementations (the CPU's
+// crc32 instruction where there is one, the slicing-by-8 loop everywhere)
+// against the one-bit-at-a-time definition at every length and alignment.
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <random>
@@ -10,6 +11,7 @@
 #include "ckpt/crc32c.hpp"
 
 using elasticrun::ckpt::crc32c;
+using elasticrun::ckpt::crc32c_portable;
 
 namespace {
 
@@ -74,6 +76,7 @@ TEST_CASE("every length and alignment gives the bit-at-a-time definition's check
       const std::span<const std::byte> part(data.data() + start, n);
       INFO("start " << start << ", length " << n);
       REQUIRE(crc32c(part) == crc32c_bitwise(part));
+      REQUIRE(crc32c_portable(part) == crc32c_bitwise(part));
     }
   }
 }
@@ -84,6 +87,7 @@ TEST_CASE("a checksum continued over a split equals the checksum of the whole", 
   for (std::size_t cut = 0; cut <= data.size(); ++cut) {
     INFO("cut at " << cut);
     CHECK(crc32c(all.subspan(cut), crc32c(all.first(cut))) == crc32c(all));
+    CHECK(crc32c_portable(all.subspan(cut), crc32c_portable(all.first(cut))) == crc32c(all));
   }
 }
 
