@@ -70,6 +70,7 @@ class Demo:
         cmd = [str(self.args.elasticrun), "--nnodes", "2:3", "--nproc-per-node", "1",
                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{self.port}",
                "--rdzv-id", "demo", "--local-addr", f"127.0.0.{n}", "--max-restarts", "3",
+               "--warm-start",  # restarts in interpreters that imported torch already
                "--scaling-timeout", "2", "--min-stable-period", "0",
                "--rdzv-conf", "heartbeat_interval=0.5,last_call_timeout=1",
                str(TRAIN), "--ckpt", str(self.ckpt), "--steps", str(self.args.steps),
