@@ -151,6 +151,19 @@ class DynamicAgent {
  private:
   int rounds() {
     bool released = false;
+    // --warm-start: offer this node only once its workers can start at
+    // once; a running job then stops for it for a moment, not for an
+    // interpreter's start and `import torch`.
+    if (node_.warm && node_.warm->idle() > 0) {
+      const auto t0 = std::chrono::steady_clock::now();
+      log_->info("waiting for {} warm interpreter(s) to finish their imports before joining",
+                 node_.warm->idle());
+      const size_t ready = node_.warm->wait_ready(std::chrono::seconds(120));
+      log_->info("{} warm interpreter(s) ready after {} ms", ready,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::steady_clock::now() - t0)
+                     .count());
+    }
     for (int attempt = 0;; ++attempt) {
       try {
         round_ = rdzv_->join(released);

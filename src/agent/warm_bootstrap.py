@@ -6,7 +6,9 @@
 # script to run, with which sys.argv, environment, working directory and
 # standard streams (passed as descriptors), and runs it as `python -u` would
 # have: as the real __main__ module, with sys.path[0] the script's directory.
-# EOF on fd 3 means the agent no longer needs this interpreter: exit 0.
+# Once the imports are done it writes one byte, "R", on fd 3 (the agent may
+# wait for that before it offers this node to a job). EOF on fd 3 means the
+# agent no longer needs this interpreter: exit 0.
 #
 # Message: 4-byte little-endian length, then that many bytes: NUL-separated
 # fields "elasticrun-warm-1", mode ("script", "module" or "run_path"), the
@@ -32,6 +34,12 @@ def _elasticrun_warm_start():
             except BaseException:  # noqa: BLE001 - the script's own import reports it
                 pass
     channel = socket.socket(fileno=3)
+    try:
+        channel.sendall(b"R")
+    except OSError:
+        # The agent has closed its end: after sending a worker (then the
+        # message is waiting below) or to let this interpreter go (EOF).
+        pass
     data, fds = b"", []
     while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "little"):
         chunk, got, _, _ = socket.recv_fds(channel, 1 << 16, 2)

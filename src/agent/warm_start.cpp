@@ -1,6 +1,7 @@
 #include "agent/warm_start.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -103,6 +104,38 @@ bool WarmPool::start_one() {
   ::setsockopt(w.channel, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
   idle_.push_back(w);
   return true;
+}
+
+size_t WarmPool::wait_ready(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    std::vector<pollfd> fds;
+    for (const Interpreter& w : idle_) {
+      if (!w.ready) fds.push_back(pollfd{w.channel, POLLIN, 0});
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (fds.empty() || left.count() <= 0) break;
+    const int n = ::poll(fds.data(), fds.size(), static_cast<int>(left.count()));
+    if (n < 0 && errno != EINTR) break;
+    for (const pollfd& p : fds) {
+      if (p.revents == 0) continue;
+      for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+        if (it->channel != p.fd) continue;
+        char byte = 0;
+        if (::recv(it->channel, &byte, 1, MSG_DONTWAIT) == 1 && byte == 'R') {
+          it->ready = true;
+        } else {  // EOF or garbage: it died, or is not ours to trust
+          discard(*it);
+          idle_.erase(it);
+        }
+        break;
+      }
+    }
+  }
+  size_t ready = 0;
+  for (const Interpreter& w : idle_) ready += w.ready ? 1 : 0;
+  return ready;
 }
 
 pid_t WarmPool::activate(const supervisor::SpawnSpec& spec) {

@@ -19,6 +19,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <deque>
 #include <map>
 #include <memory>
@@ -60,6 +61,12 @@ class WarmPool {
   // every idle interpreter had died: start spec as usual then.
   pid_t activate(const supervisor::SpawnSpec& spec);
 
+  // Waits until every idle interpreter has finished its imports (or died:
+  // it is dropped), at most `timeout`; returns how many are ready. A node
+  // joining a running job waits for this first, so that the job does not
+  // stop for it until its workers can start at once.
+  size_t wait_ready(std::chrono::milliseconds timeout);
+
   size_t idle() const { return idle_.size(); }
 
  private:
@@ -67,6 +74,7 @@ class WarmPool {
     pid_t pid = -1;
     int pidfd = -1;
     int channel = -1;
+    bool ready = false;  // it wrote "R": its imports are done
   };
   bool start_one();
   bool send(const Interpreter& w, const supervisor::SpawnSpec& spec);

@@ -22,6 +22,7 @@ import pytest
 
 from conftest import WORKERS
 from launcher_fixtures import (
+    free_port,
     RUN_TIMEOUT_S,
     elasticrun,  # noqa: F401 (fixture)
     launcher_env,
@@ -201,3 +202,24 @@ def test_warm_start_imports_must_be_module_names_and_no_python_ignores_warm_star
                         env=env, capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0, ok.stderr
     assert "ignored with --no-python" in ok.stderr
+
+
+def test_a_node_joins_an_elastic_job_once_its_interpreter_is_warm_and_every_worker_starts_warm(
+        procs, marker, elasticrun, tmp_path):
+    from elastic_job import Job
+
+    job = Job(procs, marker, elasticrun, tmp_path, "2:3", f"127.0.0.1:{free_port()}",
+              extra=["--warm-start"])
+    job.start_agent(1)
+    job.start_agent(2)
+    g2 = job.wait_steady(2)
+    job.start_agent(3)
+    g3 = job.wait_steady(3, after_gen=g2)
+    job.finish({1: 0, 2: 0, 3: 0})
+    job.check_generations()
+    joiner = job.agents[3].stderr()
+    ready = joiner.index("warm interpreter(s) ready")
+    assert ready < joiner.index("started 1 worker(s)"), joiner
+    for n in (1, 2, 3):
+        starts = [l for l in job.agents[n].stderr().splitlines() if "started 1 worker(s)" in l]
+        assert starts and all("1 in warm interpreters" in l for l in starts), (n, starts)
