@@ -203,6 +203,13 @@ agent::AgentConfig agent_config(const cli::LaunchConfig& c,
   a.master_addr = c.master_addr;
   a.master_port = c.master_port;
   a.virtual_local_rank = c.virtual_local_rank;
+  if (c.numa_binding) {
+    a.numa_binding = agent::numa_mode_from_string(*c.numa_binding);  // validated by the parser
+    // Test-only: the integration suite points the NUMA and GPU discovery
+    // at a fake sysfs tree (docs/numa-binding.md).
+    auto root = env.find("ELASTICRUN_TEST_SYSFS_ROOT");
+    if (root != env.end() && !root->second.empty()) a.numa_root = root->second;
+  }
   a.log_dir = c.log_dir.value_or("");
   for (int r = 0; r < c.nproc_per_node; ++r) {
     a.redirects.push_back(c.redirects.for_rank(r));

@@ -216,6 +216,15 @@ int run_fixed(const AgentConfig& config, const NodeContext& node) {
 int run_agent(const AgentConfig& config) {
   auto log = util::logger("agent");
   for (const auto& note : config.notes) log->info("{}", note);
+  // First of all: a node that cannot bind its workers fails on its own, at
+  // once, having started nothing and joined no rendezvous (torchrun fails
+  // later, as it starts the workers). CUDA_VISIBLE_DEVICES is the agent's,
+  // which the workers inherit.
+  std::vector<std::vector<int>> cpu_sets;
+  if (config.numa_binding) {
+    cpu_sets = numa_cpu_sets(*config.numa_binding, config.nproc_per_node, config.numa_root,
+                             current_environment());
+  }
   // A worker's pipe closing must be an error code, not our death.
   ::signal(SIGPIPE, SIG_IGN);
   util::Status st = supervisor::become_subreaper();
@@ -231,6 +240,7 @@ int run_agent(const AgentConfig& config) {
   ::gethostname(hostbuf, sizeof(hostbuf) - 1);
   node.host = hostbuf;
   node.base = current_environment();
+  node.cpu_sets = std::move(cpu_sets);
   if (config.nproc_per_node > 1 && !node.base.count("OMP_NUM_THREADS")) {
     log->warn(
         "setting OMP_NUM_THREADS=1 for each worker to avoid overloading the system; "
@@ -241,7 +251,8 @@ int run_agent(const AgentConfig& config) {
   // attempt and kills what is idle when the agent is done.
   std::unique_ptr<WarmPool> warm;
   if (config.warm_start.enabled) {
-    warm = std::make_unique<WarmPool>(config.warm_start, node.base, config.nproc_per_node);
+    warm = std::make_unique<WarmPool>(config.warm_start, node.base, config.nproc_per_node,
+                                      node.cpu_sets);
     warm->refill();
     node.warm = warm.get();
   }

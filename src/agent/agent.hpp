@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/numa_binding.hpp"
 #include "agent/warm_start.hpp"
 #include "elastic/policy.hpp"
 #include "rendezvous/rendezvous.hpp"
@@ -82,6 +83,12 @@ struct AgentConfig {
   std::vector<std::string> post_train_command;
   // --warm-start (Python workers only).
   WarmStartConfig warm_start;
+  // --numa-binding: each local rank's worker runs on CPUs near its GPU
+  // (numa_binding.hpp), worked out once, before the rendezvous.
+  std::optional<NumaMode> numa_binding;
+  // Where --numa-binding reads sys/ and proc/: "/", except in the
+  // integration suite (ELASTICRUN_TEST_SYSFS_ROOT).
+  std::string numa_root = "/";
   // One-line notes printed once before the workers start.
   std::vector<std::string> notes;
 };

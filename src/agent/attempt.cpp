@@ -395,6 +395,9 @@ AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, co
       s.argv[i] = substitute_template(s.argv[i], {{"local_rank", std::to_string(lr)}});
     }
     s.env = to_envp(worker_env(node.base, a, eo, lr));
+    if (static_cast<size_t>(lr) < node.cpu_sets.size()) {
+      s.cpu_affinity = node.cpu_sets[static_cast<size_t>(lr)];
+    }
     specs.push_back(std::move(s));
   }
 

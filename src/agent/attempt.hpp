@@ -79,6 +79,8 @@ struct NodeContext {
   std::string host;                         // this host's name (log prefixes)
   std::map<std::string, std::string> base;  // the workers' base environment
   WarmPool* warm = nullptr;                 // --warm-start's interpreters, or none
+  // --numa-binding: the CPUs of each local rank's worker; empty: no binding.
+  std::vector<std::vector<int>> cpu_sets;
 };
 
 struct AttemptResult {

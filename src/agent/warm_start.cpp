@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -41,10 +42,12 @@ const std::string& warm_bootstrap_source() {
   return source;
 }
 
-WarmPool::WarmPool(WarmStartConfig config, std::map<std::string, std::string> env, int size)
+WarmPool::WarmPool(WarmStartConfig config, std::map<std::string, std::string> env, int size,
+                   std::vector<std::vector<int>> cpu_sets)
     : config_(std::move(config)),
       envp_(to_envp(env)),
-      size_(static_cast<size_t>(size)),
+      slots_(cpu_sets.empty() ? std::vector<std::vector<int>>(static_cast<size_t>(size))
+                              : std::move(cpu_sets)),
       enabled_(config_.enabled) {}
 
 WarmPool::~WarmPool() {
@@ -52,12 +55,18 @@ WarmPool::~WarmPool() {
 }
 
 void WarmPool::refill() {
-  while (enabled_ && idle_.size() < size_) {
-    if (!start_one()) enabled_ = false;
+  std::vector<std::vector<int>> missing = slots_;
+  for (const Interpreter& w : idle_) {
+    const auto it = std::find(missing.begin(), missing.end(), w.cpus);
+    if (it != missing.end()) missing.erase(it);
+  }
+  for (const auto& cpus : missing) {
+    if (!enabled_) break;
+    if (!start_one(cpus)) enabled_ = false;
   }
 }
 
-bool WarmPool::start_one() {
+bool WarmPool::start_one(const std::vector<int>& cpus) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     log_->warn("--warm-start: socketpair: {}; workers start cold", std::strerror(errno));
@@ -77,6 +86,7 @@ bool WarmPool::start_one() {
   spec.argv = {config_.python, "-u", "-c", warm_bootstrap_source(), imports};
   spec.env = envp_;
   spec.extra_fd = child_end;
+  spec.cpu_affinity = cpus;
   auto pid = supervisor::spawn(spec);
   ::close(child_end);
   if (!pid.is_ok()) {
@@ -88,6 +98,7 @@ bool WarmPool::start_one() {
   Interpreter w;
   w.pid = pid.value();
   w.channel = sv[0];
+  w.cpus = cpus;
   w.pidfd = pidfd_open(w.pid);
   if (w.pidfd < 0) {
     // Without a pidfd the pool could signal a recycled pid later: give up
@@ -142,9 +153,13 @@ pid_t WarmPool::activate(const supervisor::SpawnSpec& spec) {
   if (!enabled_ || spec.argv.size() <= config_.argv_offset || spec.argv[0] != config_.python) {
     return 0;
   }
-  while (!idle_.empty()) {
-    Interpreter w = idle_.front();
-    idle_.pop_front();
+  for (auto it = idle_.begin(); it != idle_.end();) {
+    if (it->cpus != spec.cpu_affinity) {
+      ++it;
+      continue;
+    }
+    Interpreter w = *it;
+    it = idle_.erase(it);
     if (send(w, spec)) {
       ::close(w.channel);
       ::close(w.pidfd);

@@ -9,6 +9,13 @@
 // idle interpreter, which runs the script as `python -u` would have; the
 // pool starts the next ones in the background for the restart after.
 //
+// With --numa-binding each interpreter starts with the CPU affinity of the
+// worker it is for, before it imports anything: OpenMP (libgomp) sizes its
+// thread pool, and with it torch.get_num_threads(), by the CPUs a process may
+// use when it loads, so an interpreter bound only when it takes its worker
+// would run that worker with the whole machine's thread count. A worker is
+// handed only to an interpreter of its own affinity.
+//
 // Lifetimes: an idle interpreter belongs to the pool; once activated it is a
 // worker like any other (the attempt's WorkerGroup adopts its pid). The pool
 // holds a pidfd of each idle one, so killing and reaping it never touches a
@@ -46,19 +53,24 @@ class WarmPool {
  public:
   // env: the interpreters' environment while they import (the workers' base
   // environment; each activation replaces it with the worker's own).
-  WarmPool(WarmStartConfig config, std::map<std::string, std::string> env, int size);
+  // cpu_sets: empty, or the CPU affinity of each of the `size` interpreters
+  // to keep (--numa-binding: local rank i's set at i).
+  WarmPool(WarmStartConfig config, std::map<std::string, std::string> env, int size,
+           std::vector<std::vector<int>> cpu_sets = {});
   ~WarmPool();
   WarmPool(const WarmPool&) = delete;
   WarmPool& operator=(const WarmPool&) = delete;
 
-  // Starts interpreters until `size` are idle. A failure to start one turns
-  // the pool off (workers then start cold) with one warning.
+  // Starts interpreters until `size` are idle, one for each CPU set. A
+  // failure to start one turns the pool off (workers then start cold) with
+  // one warning.
   void refill();
 
   // Hands spec (a worker's command, environment, cwd and stdout/stderr
   // descriptors) to an idle interpreter and returns its pid: the worker.
-  // 0 when there is none, or spec is not a Python worker of this job, or
-  // every idle interpreter had died: start spec as usual then.
+  // 0 when there is none of spec's CPU affinity, or spec is not a Python
+  // worker of this job, or every such idle interpreter had died: start spec
+  // as usual then.
   pid_t activate(const supervisor::SpawnSpec& spec);
 
   // Waits until every idle interpreter has finished its imports (or died:
@@ -75,14 +87,15 @@ class WarmPool {
     int pidfd = -1;
     int channel = -1;
     bool ready = false;  // it wrote "R": its imports are done
+    std::vector<int> cpus;  // its CPU affinity; empty: the agent's
   };
-  bool start_one();
+  bool start_one(const std::vector<int>& cpus);
   bool send(const Interpreter& w, const supervisor::SpawnSpec& spec);
   void discard(Interpreter& w);
 
   WarmStartConfig config_;
   std::vector<std::string> envp_;
-  size_t size_;
+  std::vector<std::vector<int>> slots_;  // the CPU set of each interpreter to keep
   bool enabled_;
   std::deque<Interpreter> idle_;
   std::shared_ptr<spdlog::logger> log_ = util::logger("agent");

@@ -91,7 +91,8 @@ const std::vector<FlagSpec> kFlags = {
      "elasticrun keeps torchrun's default log layout."},
     {Flag::kNumaBinding, "", "--numa-binding", kValue, kNoEnv, kTorch,
      "{node,socket,exclusive,core-complex}", "",
-     "Accepted for compatibility: NUMA binding is not implemented yet."},
+     "Bind each worker to the CPUs near its GPU (local rank i: CUDA device i), as torchrun "
+     "does; see docs/numa-binding.md."},
     {Flag::kSignalsToHandle, "", "--signals-to-handle", kValue, kEnv, kTorch, "SIGNALS",
      "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
      "Signals passed on to the workers; under SLURM add SIGUSR1,SIGUSR2."},

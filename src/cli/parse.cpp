@@ -374,7 +374,6 @@ void derive_notes(LaunchConfig& c, const Given& g) {
          "ignored; LogsSpecs plugins are Python entry points, elasticrun keeps torchrun's "
          "default log layout");
   }
-  if (c.numa_binding) note(Flag::kNumaBinding, "ignored; NUMA binding is not implemented yet");
   for (Flag id : {Flag::kServerHost, Flag::kServerPort}) {
     if (given(g, id)) note(id, "accepted, but the HTTP control API is not implemented yet");
   }

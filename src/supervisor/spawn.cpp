@@ -17,6 +17,8 @@
 #include <string_view>
 #include <utility>
 
+#include "util/cpu_list.hpp"
+
 #if defined(__SANITIZE_THREAD__)
 #define ELASTICRUN_TSAN 1
 #elif defined(__has_feature)
@@ -80,6 +82,10 @@ struct ChildPlan {
   int extra_fd = -1;  // becomes the child's fd 3
   int report_fd = -1;
   int parent_death_signal = 0;
+  // sched_setaffinity's mask: bit c of word c / 64 is CPU c. Empty: no call.
+  std::vector<unsigned long> affinity;
+  const unsigned long* child_affinity = nullptr;
+  long affinity_bytes = 0;
   pid_t parent = -1;
   long max_fd = 65536;
   char* stack = nullptr;
@@ -106,7 +112,7 @@ struct ChildError {
   int err;
 };
 
-enum Step : int { kSetpgid = 1, kSignals, kDeathSignal, kOrphaned, kDup, kChdir, kExec };
+enum Step : int { kSetpgid = 1, kSignals, kDeathSignal, kOrphaned, kAffinity, kDup, kChdir, kExec };
 
 const char* step_name(int step) {
   switch (step) {
@@ -118,6 +124,8 @@ const char* step_name(int step) {
       return "prctl(PR_SET_PDEATHSIG)";
     case kOrphaned:
       return "checking the parent";
+    case kAffinity:
+      return "sched_setaffinity";
     case kDup:
       return "redirecting standard streams";
     case kChdir:
@@ -220,6 +228,14 @@ ELASTICRUN_CHILD_CODE int child_main(void* arg) {
     // signal us, so act as if it had.
     if (sys(SYS_getppid) != p.parent) child_fail(p, kOrphaned, -ESRCH);
   }
+  // pid 0: this thread, the only one; the program's threads inherit it.
+  if (p.affinity_bytes != 0) {
+    if (long r = sys(SYS_sched_setaffinity, 0, p.affinity_bytes,
+                     reinterpret_cast<long>(p.child_affinity));
+        r < 0) {
+      child_fail(p, kAffinity, r);
+    }
+  }
   for (int target = 0; target < 3; ++target) {
     const int fd = p.fds[target];
     if (fd < 0 || fd == target) continue;
@@ -298,6 +314,19 @@ std::unique_ptr<ChildPlan, PendingSpawn::PlanDeleter> make_plan(const SpawnSpec&
   p->fds[2] = spec.stderr_fd;
   p->extra_fd = spec.extra_fd;
   p->parent_death_signal = spec.parent_death_signal;
+  if (!spec.cpu_affinity.empty()) {
+    // Just long enough for the highest CPU: the kernel zero-fills a shorter
+    // mask than its own and ignores the excess of a longer one.
+    constexpr size_t kBits = 8 * sizeof(unsigned long);
+    const int highest = *std::max_element(spec.cpu_affinity.begin(), spec.cpu_affinity.end());
+    p->affinity.assign(static_cast<size_t>(highest) / kBits + 1, 0);
+    for (int cpu : spec.cpu_affinity) {
+      const auto c = static_cast<size_t>(cpu);
+      p->affinity[c / kBits] |= 1UL << (c % kBits);
+    }
+    p->child_affinity = p->affinity.data();
+    p->affinity_bytes = static_cast<long>(p->affinity.size() * sizeof(unsigned long));
+  }
   p->parent = ::getpid();
   const long open_max = ::sysconf(_SC_OPEN_MAX);
   if (open_max > 0 && open_max < p->max_fd) p->max_fd = open_max;
@@ -376,6 +405,11 @@ util::Result<PendingSpawn> start_spawn(const SpawnSpec& spec) {
   // fd 3 itself, which dup3 cannot clear close-on-exec on.
   if (spec.extra_fd >= 0 && spec.extra_fd < 4) {
     return util::Status(EINVAL, "spawn: the descriptor for fd 3 must be above 3");
+  }
+  for (int cpu : spec.cpu_affinity) {
+    if (cpu < 0 || cpu >= util::kMaxCpu) {
+      return util::Status(EINVAL, "spawn: CPU " + std::to_string(cpu) + " out of range");
+    }
   }
   auto plan = make_plan(spec);
   int report[2];

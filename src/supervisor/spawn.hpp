@@ -5,7 +5,9 @@
 // the agent), the default disposition and an empty mask
 // for every signal, a parent-death signal (so a worker dies with its agent even
 // when the agent is SIGKILLed), the given environment and standard streams,
-// and no other inherited descriptor. An exec failure is reported to the
+// and no other inherited descriptor, optionally a CPU affinity (set with
+// sched_setaffinity before the exec, so the program's first thread and
+// every thread it starts have it). An exec failure is reported to the
 // parent synchronously through a close-on-exec pipe, so "no such file" is an
 // error from spawn(), not a mysterious exit code 127 later. On x86-64 the
 // child runs on the parent's memory until its exec instead of on a copy
@@ -38,6 +40,11 @@ struct SpawnSpec {
   std::string cwd;
   // Signal the child receives when the thread that spawned it dies.
   int parent_death_signal = 9;  // SIGKILL
+  // The CPUs the child may run on (ascending or not, each below
+  // util::kMaxCpu); empty keeps the parent's affinity. A set the kernel
+  // refuses (no CPU of it online and in the child's cpuset) fails the
+  // spawn with EINVAL from sched_setaffinity.
+  std::vector<int> cpu_affinity;
 };
 
 // Forks and execs. Returns the child's pid, which is also its process group id.

@@ -268,6 +268,16 @@ TEST_CASE("--logs-specs and --numa-binding have no PET_ fallback, as in torchrun
   CHECK_FALSE(c.numa_binding);
 }
 
+TEST_CASE("--numa-binding takes torchrun's four modes and is applied, not noted", "[cli]") {
+  for (const char* mode : {"node", "socket", "exclusive", "core-complex"}) {
+    INFO(mode);
+    const auto c = parse({"--numa-binding", mode, "t.py"});
+    CHECK(c.numa_binding == mode);
+    CHECK(c.notes.empty());
+  }
+  CHECK(parse({"--numa_binding=socket", "t.py"}).numa_binding == "socket");
+}
+
 TEST_CASE("a bad PET_ value is reported under the variable's name, even when empty", "[cli]") {
   REQUIRE_THROWS_WITH(parse({"train.py"}, {{"PET_NNODES", ""}}), Contains("PET_NNODES"));
   REQUIRE_THROWS_WITH(parse({"train.py"}, {{"PET_MASTER_PORT", "http"}}),
@@ -509,12 +519,11 @@ TEST_CASE("numbers are read like Python's int() and float()", "[cli]") {
 }
 
 TEST_CASE("flags that do not apply are accepted with a one-line note each", "[cli]") {
-  const auto c =
-      parse({"--start-method", "fork", "--event-log-handler", "console", "--numa-binding", "node",
-             "--logs-specs", "x", "--server-host", "h", "--server-port", "1", "t.py"});
-  REQUIRE(c.notes.size() == 6);
+  const auto c = parse({"--start-method", "fork", "--event-log-handler", "console", "--logs-specs",
+                        "x", "--server-host", "h", "--server-port", "1", "t.py"});
+  REQUIRE(c.notes.size() == 5);
   CHECK_THAT(c.notes[0], Contains("--start-method") && Contains("fork"));
-  CHECK_THAT(c.notes[4], Contains("HTTP control API"));
+  CHECK_THAT(c.notes[3], Contains("HTTP control API"));
   const auto r = parse({"--run-path", "--no-python", "-m", "t.py"});
   CHECK_FALSE(r.no_python);
   CHECK_FALSE(r.module);

@@ -1,11 +1,12 @@
 // spawn's exec step, which does execvpe's work without libc (spawn.cpp):
 // the PATH search and its error rules, the /bin/sh fallback for a file the
 // kernel cannot execute, and the child's state when many spawns run at once
-// from several threads. The rest of spawn's clean slate is in
+// from several threads; the CPU affinity set before the exec. The rest of spawn's clean slate is in
 // supervisor_test.cpp.
 #include "supervisor/spawn.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -21,6 +22,7 @@
 
 #include "process_helpers.hpp"
 #include "temp_dir.hpp"
+#include "util/cpu_list.hpp"
 
 namespace sv = elasticrun::supervisor;
 namespace fs = std::filesystem;
@@ -310,4 +312,80 @@ TEST_CASE("a descriptor for fd 3 that is itself below 4 is refused before any ch
   REQUIRE_FALSE(pid.is_ok());
   CHECK(pid.status().err() == EINVAL);
   CHECK(no_children_left());
+}
+
+namespace {
+
+// The Cpus_allowed_list line of /proc/self/status as a child started with
+// spec (plus /bin/cat) sees it.
+std::string child_cpus(sv::SpawnSpec spec) {
+  TempDir dir;  // output_of appends
+  spec.argv = {"/bin/cat", "/proc/self/status"};
+  const std::string status = output_of(std::move(spec), dir);
+  const std::string key = "Cpus_allowed_list:";
+  const size_t at = status.find(key);
+  if (at == std::string::npos) return "(no " + key + ")";
+  size_t begin = status.find_first_not_of(" \t", at + key.size());
+  return status.substr(begin, status.find('\n', begin) - begin);
+}
+
+// The first two CPUs this test process may run on (on the suite's machine,
+// which has two: 0 and 1).
+std::vector<int> two_own_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(::sched_getaffinity(0, sizeof(set), &set) == 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+}  // namespace
+
+// --numa-binding: the child is bound before its exec, so the program's
+// first instruction runs on the CPUs asked for.
+TEST_CASE("a child given a CPU affinity runs on exactly those CPUs from its exec on", "[spawn]") {
+  const std::vector<int> cpus = two_own_cpus();
+  REQUIRE(cpus.size() == 2);  // a machine of one CPU cannot tell a binding from none
+  const std::string a = std::to_string(cpus[0]), b = std::to_string(cpus[1]);
+  sv::SpawnSpec s;
+  s.cpu_affinity = {cpus[1]};
+  CHECK(child_cpus(s) == b);
+  s.cpu_affinity = {cpus[0]};
+  CHECK(child_cpus(s) == a);
+  s.cpu_affinity = {cpus[1], cpus[0]};
+  CHECK(child_cpus(s) == a + (cpus[1] == cpus[0] + 1 ? "-" : ",") + b);
+}
+
+TEST_CASE("a child given no CPU affinity keeps its parent's", "[spawn]") {
+  const std::string own = [] {
+    const std::string status = slurp("/proc/self/status");
+    const size_t at = status.find("Cpus_allowed_list:");
+    const size_t begin = status.find_first_not_of(" \t", at + 18);
+    return status.substr(begin, status.find('\n', begin) - begin);
+  }();
+  CHECK(child_cpus(sv::SpawnSpec{}) == own);
+}
+
+TEST_CASE("an affinity of CPUs that are not there fails the spawn at sched_setaffinity",
+          "[spawn]") {
+  sv::SpawnSpec s;
+  s.argv = {"/bin/true"};
+  s.cpu_affinity = {elasticrun::util::kMaxCpu - 1};
+  check_fails(s, EINVAL, "sched_setaffinity");
+}
+
+TEST_CASE("a negative or too large CPU number is refused before any child starts", "[spawn]") {
+  for (int cpu : {-1, elasticrun::util::kMaxCpu}) {
+    INFO(cpu);
+    sv::SpawnSpec s;
+    s.argv = {"/bin/true"};
+    s.cpu_affinity = {0, cpu};
+    auto pid = sv::spawn(s);
+    REQUIRE_FALSE(pid.is_ok());
+    CHECK(pid.status().err() == EINVAL);
+    CHECK(no_children_left());
+  }
 }
