@@ -16,6 +16,12 @@ root after a release build:
   the issue's "until all 8 run again"), and with the `bash` worker earlier
   reports used, whose start (about 3 ms of CPU each here, eight at once)
   is a large share of elasticrun's figure.
+- Restart latency with PyTorch workers: the same, with a Python worker that
+  imports torch before its marker, under torchrun, elasticrun, and
+  elasticrun --warm-start (docs/warm-start.md). Before the kill the harness
+  waits until the machine's CPUs are idle (the first attempt's imports, and
+  --warm-start's interpreters for the restart, are done), for every
+  launcher alike: restarts of a real job come minutes apart.
 - Agent memory: peak RSS (VmHWM) of the launcher process with 8 sleeping
   workers, sampled from /proc until it exits (torchrun's is its Python
   process with torch imported).
@@ -44,6 +50,16 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKER = r"""#!/bin/bash
 echo "$TORCHELASTIC_RESTART_COUNT $LOCAL_RANK $$ $EPOCHREALTIME" >> "$MARKERS"
 exec sleep 60
+"""
+
+# A PyTorch worker: the marker once torch is imported, where a training
+# script's own code begins.
+TORCH_WORKER = r"""import os, time
+import torch
+with open(os.environ["MARKERS"], "a") as f:
+    f.write(f"{os.environ['TORCHELASTIC_RESTART_COUNT']} {os.environ['LOCAL_RANK']} {os.getpid()} "
+            f"{time.time():.6f}\n")
+time.sleep(600)
 """
 
 # The same marker from a static C program: no shell, no dynamic loader, so
@@ -121,21 +137,42 @@ def wait_for(pred, timeout: float) -> bool:
     return False
 
 
+def cpu_busy(interval: float = 0.5) -> float:
+    """Share of the machine's CPU time spent busy over `interval`."""
+    def sample():
+        v = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        return sum(v), v[3] + v[4]  # total, idle + iowait
+    t0, i0 = sample()
+    time.sleep(interval)
+    t1, i1 = sample()
+    return 1 - (i1 - i0) / max(t1 - t0, 1)
+
+
+def settle(timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while cpu_busy() > 0.2 and time.monotonic() < deadline:
+        pass
+
+
 def restart_latency(cmd: list[str], env: dict, tmp: Path, worker: Path) -> float:
     """Seconds from SIGKILL of one worker until all 8 of the next attempt run."""
     mk = tmp / f"markers_{time.monotonic_ns()}"
     e = dict(env, MARKERS=str(mk))
+    python = worker.suffix == ".py"
     agent = subprocess.Popen(cmd + ["--standalone", "--nproc-per-node", "8", "--max-restarts", "1",
-                                    "--shutdown-timeout", "5", "--no-python", str(worker)],
+                                    "--shutdown-timeout", "5",
+                                    *([] if python else ["--no-python"]), str(worker)],
                              env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
     try:
-        if not wait_for(lambda: len([m for m in markers(mk) if m[0] == 0]) == 8, 120):
+        if not wait_for(lambda: len([m for m in markers(mk) if m[0] == 0]) == 8, 300):
             raise RuntimeError("first attempt did not start 8 workers")
+        if python:
+            settle()
         victim = next(m[2] for m in markers(mk) if m[0] == 0 and m[1] == 3)
         t0 = time.time()
         os.kill(victim, signal.SIGKILL)
-        if not wait_for(lambda: len([m for m in markers(mk) if m[0] == 1]) == 8, 120):
+        if not wait_for(lambda: len([m for m in markers(mk) if m[0] == 1]) == 8, 300):
             raise RuntimeError("second attempt did not start 8 workers")
         return max(m[3] for m in markers(mk) if m[0] == 1) - t0
     finally:
@@ -170,6 +207,8 @@ def main() -> int:
     ap.add_argument("--torchrun", default=str(ROOT / ".venv/bin/torchrun"))
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="2 runs each, no report file")
+    ap.add_argument("--torch-runs", type=int, default=3,
+                    help="runs of the restart with PyTorch workers (tens of seconds each)")
     args = ap.parse_args()
     runs = 2 if args.quick else args.runs
     env = env_with_venv()
@@ -199,15 +238,25 @@ def main() -> int:
                 for name, cmd in tools.items():
                     restart.setdefault((name, kind), []).append(
                         restart_latency(cmd, env, tmp, worker))
+        torch_worker = tmp / "torch_worker.py"
+        torch_worker.write_text(TORCH_WORKER)
+        torch_tools = dict(tools, **{"elasticrun-warm": [args.elasticrun, "--warm-start"]})
+        res["elasticrun-warm"] = {}
+        for _ in range(2 if args.quick else args.torch_runs):
+            for name, cmd in torch_tools.items():
+                restart.setdefault((name, "torch"), []).append(
+                    restart_latency(cmd, env, tmp, torch_worker))
         for (name, kind), values in restart.items():
             res[name][f"restart_{kind}"] = statistics.median(values)
+            res[name][f"restart_{kind}_runs"] = values
         for name in tools:
             r = res[name]
             print(f"{name:10s} launch {r['launch'] * 1e3:8.1f} ms  restart "
                   + "  ".join(f"{kind} {r[f'restart_{kind}'] * 1e3:6.1f} ms" for kind in workers)
-                  + f"  peak RSS {r['rss']:7.1f} MB", flush=True)
+                  + f"  torch {r['restart_torch']:6.2f} s  peak RSS {r['rss']:7.1f} MB", flush=True)
+        print(f"elasticrun --warm-start: restart torch {res['elasticrun-warm']['restart_torch']:6.2f} s")
     load_end = os.getloadavg()
-    o, t = res["elasticrun"], res["torchrun"]
+    o, t, w = res["elasticrun"], res["torchrun"], res["elasticrun-warm"]
     import torch  # noqa: PLC0415 (only for the version line)
 
     def restart_row(kind: str, what: str, target: str) -> str:
@@ -221,6 +270,9 @@ def main() -> int:
         restart_row("native", "restart: 1 of 8 workers SIGKILLed until all 8 run again "
                     "(`--max-restarts 1`), static C workers", "< 50 ms, >= 20x")
         + restart_row("bash", "the same with `bash` workers (their start included)", "-")).rstrip("\n")
+    runs_s = lambda r: ", ".join(f"{v:.2f}" for v in r["restart_torch_runs"])  # noqa: E731
+    torch_rows = f"""| restart with PyTorch workers (marker after `import torch`), elasticrun | {o['restart_torch']:.2f} s | {t['restart_torch']:.2f} s | **{t['restart_torch'] / o['restart_torch']:.1f}x** | - |
+| the same, elasticrun `--warm-start` | {w['restart_torch']:.2f} s | {t['restart_torch']:.2f} s | **{t['restart_torch'] / w['restart_torch']:.1f}x** | - |"""
     body = f"""# Launcher benchmark: `elasticrun` vs `torchrun`
 
 Generated by `bench/launcher_bench.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())};
@@ -238,6 +290,7 @@ cmake --preset release && cmake --build --preset release --target elasticrun
 |---|---:|---:|---:|---|
 | launch: `--standalone --nproc-per-node 8 --no-python /bin/true`, wall time | {o['launch'] * 1e3:.1f} ms | {t['launch'] * 1e3:.0f} ms | **{t['launch'] / o['launch']:.0f}x** | >= 20x |
 {restart_rows}
+{torch_rows}
 | agent peak RSS with 8 workers | {o['rss']:.1f} MB | {t['rss']:.0f} MB | {t['rss'] / o['rss']:.0f}x | < 10 MB |
 
 - Launch time is dominated, for torchrun, by importing torch; elasticrun is
@@ -258,6 +311,13 @@ cmake --preset release && cmake --build --preset release --target elasticrun
   (a few ms of CPU over many short steps) and torchrun's alike. Restart
   runs alternate between the launchers so that load changes hit both.
 - Peak RSS is the launcher process's VmHWM, sampled every 50 ms.
+- PyTorch workers: medians of {2 if args.quick else args.torch_runs} runs (seconds: torchrun {runs_s(t)};
+  elasticrun {runs_s(o)}; --warm-start {runs_s(w)}). The harness waits for an
+  idle machine before each kill. Without --warm-start both launchers start
+  8 interpreters that import torch at once, which on 2 CPUs is most of the
+  figure. With it, the restart's workers are interpreters that imported
+  torch (and torch._dynamo) while the first attempt ran; what is left is
+  the stop of the survivors, the spawn and the script's own start.
 """
     if not args.quick:
         write_section(ROOT / "docs/benchmarks.md", "launcher", body)
