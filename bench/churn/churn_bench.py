@@ -497,20 +497,21 @@ METHOD = [
     "torchrun restarts every worker on any change (a join is seen by the running agents, a "
     "departure as a failed collective) and the script resumes from its last periodic checkpoint, "
     "losing the steps since; elasticrun stops every rank at one agreed step, saves, and resumes "
-    "there after a join, release or scale, and rolls back after a failure (kill, kill-worker) and, "
-    "in this version, after a leave: the leaving agent forwards SIGTERM to its own worker at once "
-    "(src/agent/attempt.cpp, on_signal), so the other ranks' collectives fail before the agreed "
-    "step.",
+    "there after a join, release, scale or leave (the leaving node's workers stop with the "
+    "others), and rolls back after a failure (kill, kill-worker).",
     "Both launchers start new worker processes on every node at every membership change; neither "
-    "keeps a healthy worker across one. Each start costs an interpreter, `import torch` (about 9 s "
-    "alone on this machine at the load average above), a process group and the model: about 20 s "
-    "per recovery on both sides, which bounds goodput here far more than anything the launchers "
-    "do themselves.",
+    "keeps a healthy worker across one. A cold start costs an interpreter, `import torch` (about "
+    "9 s alone on this machine under load), DDP's import of torch._dynamo, a process group and the "
+    "model: 10-20 s per recovery here. With `--warm-start` (see the command above) elasticrun's "
+    "new workers are interpreters that imported torch and torch._dynamo ahead of time, while the "
+    "job trained, and a joining node offers itself to the job only once its interpreter is ready "
+    "(docs/warm-start.md): what is left of a start is the process group and the model.",
     "\"Goodput with worker starts left out\" takes the time new worker processes spent "
-    "starting (interpreter, import torch, process group, model) out of the wall time. That work is "
-    "the same under both launchers, which start the same number of worker sets on these traces "
-    "(see the recovery tables), and it is the part that moved most with the machine's load from "
-    "run to run; the figure compares what the launchers themselves do. It is derived, not measured.",
+    "starting (interpreter, import torch, process group, model) out of the wall time. Without "
+    "`--warm-start` that work is the same under both launchers, which start the same number of "
+    "worker sets on these traces, and the figure compares what the launchers themselves do; with "
+    "it, elasticrun's starts are mostly done ahead, so the figure mostly shows torchrun's other "
+    "losses. It is derived, not measured.",
     "The worker leaves with `os._exit(0)` after its resize checkpoint: a Python process that "
     "imported torch takes about 4-5 s to tear down here, time the next round would wait for. "
     "torchrun's workers are stopped with SIGTERM and pay no teardown.",
