@@ -426,7 +426,9 @@ bool save(const fs::path& root, int keep, const Version& v) {
   const auto tensors = tensors_of(v);
   TurnBarrier turns(v.world);
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(v.world));
-  std::vector<bool> crashed(static_cast<std::size_t>(v.world), false);
+  // One whole byte per rank: the ranks set theirs from their own threads
+  // (vector<bool> would pack them into one shared word).
+  std::vector<char> crashed(static_cast<std::size_t>(v.world), 0);
   std::vector<std::thread> ranks;
   for (int r = 0; r < v.world; ++r) {
     ranks.emplace_back([&, r] {
@@ -447,7 +449,7 @@ bool save(const fs::path& root, int keep, const Version& v) {
         c.save(v.step, shards, extra_of(v));
         turns.pass(r);
       } catch (const Crash&) {
-        crashed[static_cast<std::size_t>(r)] = true;
+        crashed[static_cast<std::size_t>(r)] = 1;
         turns.brk();
       } catch (...) {
         errors[static_cast<std::size_t>(r)] = std::current_exception();
@@ -459,7 +461,7 @@ bool save(const fs::path& root, int keep, const Version& v) {
   for (const auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
-  return std::find(crashed.begin(), crashed.end(), true) == crashed.end();
+  return std::find(crashed.begin(), crashed.end(), 1) == crashed.end();
 }
 
 // Which of `candidates` the checkpoint `latest` names is, reading and
