@@ -23,7 +23,9 @@ json parse(std::string_view text, const std::string& file) {
   try {
     json j = json::parse(text);
     if (j.value("format", "") != kFormat) throw Error(file + ": not an elasticrun checkpoint file");
-    if (j.value("version", 0) != kVersion) {
+    // Compared as JSON, not through value<int>: a version of 1e39 would be
+    // converted to int first, which is undefined (found by ckpt_meta_fuzz).
+    if (!j.contains("version") || j["version"] != json(kVersion)) {
       throw Error(file + ": checkpoint format version " + j.value("version", json()).dump() +
                   ", this build reads version " + std::to_string(kVersion));
     }
