@@ -210,12 +210,7 @@ def test_a_node_joins_an_elastic_job_once_its_interpreter_is_warm_and_every_work
 
     job = Job(procs, marker, elasticrun, tmp_path, "2:3", f"127.0.0.1:{free_port()}",
               extra=["--warm-start"])
-    job.start_agent(1)
-    job.start_agent(2)
-    g2 = job.wait_steady(2)
-    job.start_agent(3)
-    g3 = job.wait_steady(3, after_gen=g2)
-    job.finish({1: 0, 2: 0, 3: 0})
+    job.grow_from_two_to_three()
     job.check_generations()
     joiner = job.agents[3].stderr()
     ready = joiner.index("warm interpreter(s) ready")
