@@ -5,6 +5,8 @@ no timing: the benchmark itself is not run here.
 
 from __future__ import annotations
 
+import itertools
+import re
 import sys
 
 import pytest
@@ -129,6 +131,47 @@ def test_a_trace_names_its_job_and_lists_events_in_time_order():
 def test_a_malformed_trace_is_refused_naming_the_line(text, why):
     with pytest.raises(churn_trace.TraceError, match=why):
         churn_trace.parse(text, "bad.trace")
+
+
+def test_a_repeated_trace_plays_its_events_again_each_period_for_as_long_as_asked():
+    t = churn_trace.parse("nnodes 2:4\nnodes 3\nsamples 960\nrepeat 60  # a minute\n"
+                          "10 join\n30 leave\n50 kill 2\n", "t")
+    assert t.repeat == 60
+    assert t.changes_per_minute() == pytest.approx(3.0)  # three events a period, not in 50 s
+    expected = [(10, "join", None, 0), (30, "leave", None, 0), (50, "kill", 2, 0),
+                (70, "join", None, 1), (90, "leave", None, 1), (110, "kill", 2, 1),
+                (130, "join", None, 2)]
+    assert [(e.t, e.action, e.arg, e.cycle) for e in t.timeline(until=130)] == expected
+    # Without a horizon it goes on: the harness takes events until the job ends.
+    assert [(e.t, e.action, e.arg, e.cycle) for e in itertools.islice(t.timeline(), 7)] == expected
+    assert [e.line for e in t.timeline(until=130)] == [5, 6, 7, 5, 6, 7, 5]
+
+
+def test_a_trace_without_repeat_plays_its_events_once():
+    t = churn_trace.parse("nnodes 2:4\nnodes 3\nsamples 960\n10 join\n30 leave\n", "t")
+    assert t.repeat is None
+    assert [(e.t, e.cycle) for e in t.timeline()] == [(10, 0), (30, 0)]
+    assert [e.t for e in t.timeline(until=20)] == [10]
+    assert t.changes_per_minute() == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("lines, why", [
+    ("repeat 0\n10 join", "bad.trace:4: the repeat must be a positive number of seconds: 'repeat 0'"),
+    ("repeat -60\n10 join", "bad.trace:4: the repeat must be a positive number of seconds"),
+    ("repeat hourly\n10 join", "bad.trace:4: the repeat must be a positive number of seconds"),
+    ("repeat inf\n10 join", "bad.trace:4: the repeat must be a positive number of seconds"),
+    ("repeat nan\n10 join", "bad.trace:4: the repeat must be a positive number of seconds"),
+    ("repeat 60 s\n10 join", "bad.trace:4: 'repeat' takes one value"),
+    ("repeat 60\n10 join\nrepeat 90", "bad.trace:6: 'repeat' given twice"),
+    ("repeat 60", "bad.trace:4: 'repeat' needs events to repeat"),
+    ("repeat 50\n10 join\n50 leave",
+     "bad.trace:4: the repeat must be longer than the last event's time (50 s, line 6): 'repeat 50'"),
+    ("10 join\n50 leave\nrepeat 40  # too short",
+     "bad.trace:6: the repeat must be longer than the last event's time (50 s, line 5)"),
+])
+def test_a_bad_repeat_is_refused_naming_its_line(lines, why):
+    with pytest.raises(churn_trace.TraceError, match=re.escape(why)):
+        churn_trace.parse(f"nnodes 2:4\nnodes 3\nsamples 9\n{lines}\n", "bad.trace")
 
 
 def test_workers_cut_short_by_a_second_event_fall_inside_one_shared_recovery():
