@@ -12,10 +12,11 @@ directory describes the trace format and the method):
 Each run: an `elasticctl store` on 127.0.0.1 as the rendezvous store, one
 agent per node on 127.0.0.<n> (one gloo worker each) training
 examples/python/train_elastic.py for the trace's samples; the trace's
-times count from the job's first training step. The workers' timing
-records (--events) are accounted by churn_accounting.py. Every process
-leads its own process group and is killed in a finally block, and so is
-anything whose command line names the run's directory.
+times count from the job's first training step, and a trace with
+`repeat` plays its events again and again until the job ends. The
+workers' timing records (--events) are accounted by churn_accounting.py.
+Every process leads its own process group and is killed in a finally
+block, and so is anything whose command line names the run's directory.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.metadata
+import itertools
 import json
 import math
 import os
@@ -99,6 +101,14 @@ def worker_of(agent_pid: int) -> int | None:
     return None
 
 
+def node_addr(n: int) -> str:
+    """Node n's loopback address: 127.0.0.n for the first 254 nodes, then
+    127.0.1.1 and on (all of 127/8 is loopback on Linux), so that a repeated
+    trace that keeps starting nodes never runs out; .0 and .255 are skipped."""
+    hi, lo = divmod(n - 1, 254)
+    return f"127.0.{hi}.{lo + 1}"
+
+
 def kill_all(pids: list[int], sig: int = signal.SIGKILL) -> None:
     for pid in pids:
         try:
@@ -140,7 +150,7 @@ class Run:
         a, lo, hi = self.args, *self.trace.nnodes
         common = ["--nnodes", f"{lo}:{hi}", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
                   "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", self.run_id,
-                  "--local-addr", f"127.0.0.{n}", "--max-restarts", "100"]
+                  "--local-addr", node_addr(n), "--max-restarts", "100"]
         if self.launcher == "elasticrun":
             argv = [a.elasticrun, *common, *ELASTICRUN_FLAGS]
             if a.warm_start:
@@ -264,7 +274,8 @@ class Run:
                                  + self.procs.log("agent1"))
             t0 = time.time()
             say(f"{self.launcher}: first step {t0 - self.t_launch:.1f} s after launch")
-            pending = list(self.trace.events)
+            upcoming = self.trace.timeline()
+            ev = next(upcoming, None)
             deadline = t0 + self.args.timeout
             stalled = False
             while not self.poll_exits():
@@ -278,19 +289,24 @@ class Run:
                     say(f"{self.launcher}: hung, stopping the run")
                     stalled = True
                     break
-                if pending and time.time() >= t0 + pending[0].t:
-                    ev = pending.pop(0)
+                if ev is not None and time.time() >= t0 + ev.t:
                     t = time.time()
                     what = self.play(ev)
                     if what is None:
                         self.notes.append(f"t={ev.t:g} {ev.describe()}: no node to act on; skipped")
                     else:
-                        self.played.append({"t": t, "at": t - t0, "action": ev.action, "what": what})
+                        self.played.append({"t": t, "at": t - t0, "action": ev.action, "what": what,
+                                            "cycle": ev.cycle})
                         say(f"{self.launcher}: t={t - t0:.1f} s {what}")
+                    ev = next(upcoming, None)
                 time.sleep(0.02)
             t_end = time.time() if stalled else max(self.exited.values())
-            for ev in pending:
-                self.notes.append(f"t={ev.t:g} {ev.describe()}: the job had ended; not played")
+            # The trace as written is owed in full; its repeats go on only
+            # for as long as the job runs, so a job that ends during one
+            # misses nothing.
+            missed = [] if ev is None else itertools.chain([ev], upcoming)
+            for e in itertools.takewhile(lambda e: e.cycle == 0, missed):
+                self.notes.append(f"t={e.t:g} {e.describe()}: the job had ended; not played")
             bad = {n: p.returncode for n, p in self.nodes.items()
                    if n not in self.gone and p.returncode != 0}
             if bad:
@@ -413,11 +429,13 @@ def render(args, trace, results, fixed, info, others: list[dict] | None = None) 
           info["command"], "```", ""]
     L.append(f"- Machine: {info['nproc']} CPUs, {platform.platform()}; shared with other work: load "
              f"average {info['load_start']} at start, {info['load_end']} at end")
+    repeat = f" repeated every {trace.repeat:g} s while the job runs" if trace.repeat else ""
+    played = ", ".join(f"{name} {len(res['played'])}" for name, res in results.items())
     L.append(f"- PyTorch {info['torch']}; trace `{os.path.relpath(Path(args.trace).resolve(), ROOT)}`: "
              f"--nnodes {trace.nnodes[0]}:{trace.nnodes[1]}, {trace.nodes} nodes at the start, "
              f"{trace.samples:,} samples ({math.ceil(trace.samples / GLOBAL_BATCH):,} steps of "
-             f"{GLOBAL_BATCH}), {len(trace.events)} events, about "
-             f"{trace.changes_per_minute():.1f} per minute of training")
+             f"{GLOBAL_BATCH}), {len(trace.events)} events{repeat}, about "
+             f"{trace.changes_per_minute():.1f} per minute of training; played: {played}")
     L.append(f"- Worker: examples/python/train_elastic.py on CPU (gloo), one per node, "
              f"`--sample-s {args.sample_s} --save-every {args.save_every}`")
     L.append("")
@@ -493,7 +511,9 @@ METHOD = [
     "worker. Without a node number they take the newest node that runs a worker. torchrun has no "
     "operator requests, so `release K` becomes SIGTERM to the K newest nodes (never below its "
     "minimum) and `scale N` starts new agents or SIGTERMs the newest ones: the closest real thing, "
-    "and a released elasticrun node stays up as a spare where torchrun's is gone.",
+    "and a released elasticrun node stays up as a spare where torchrun's is gone. A trace with "
+    "`repeat S` plays its events again, S seconds later each time, for as long as the job runs: "
+    "the job that runs longer meets more events, at the same rate.",
     "torchrun restarts every worker on any change (a join is seen by the running agents, a "
     "departure as a failed collective) and the script resumes from its last periodic checkpoint, "
     "losing the steps since; elasticrun stops every rank at one agreed step, saves, and resumes "
@@ -508,10 +528,10 @@ METHOD = [
     "(docs/warm-start.md): what is left of a start is the process group and the model.",
     "\"Goodput with worker starts left out\" takes the time new worker processes spent "
     "starting (interpreter, import torch, process group, model) out of the wall time. Without "
-    "`--warm-start` that work is the same under both launchers, which start the same number of "
-    "worker sets on these traces, and the figure compares what the launchers themselves do; with "
-    "it, elasticrun's starts are mostly done ahead, so the figure mostly shows torchrun's other "
-    "losses. It is derived, not measured.",
+    "`--warm-start` a start costs the same under both launchers (on a repeated trace the longer "
+    "job meets more events and starts more worker sets), and the figure compares what the "
+    "launchers themselves do; with it, elasticrun's starts are mostly done ahead, so the figure "
+    "mostly shows torchrun's other losses. It is derived, not measured.",
     "The worker leaves with `os._exit(0)` after its resize checkpoint: a Python process that "
     "imported torch takes about 4-5 s to tear down here, time the next round would wait for. "
     "torchrun's workers are stopped with SIGTERM and pay no teardown.",
