@@ -9,7 +9,9 @@ hand-made log.
 
 - A step *survives* when its execution is the last one of that step number
   (by end time): an execution that a later one repeats was lost to a
-  rollback. Only rank 0's records are counted (ranks step in lock-step).
+  rollback. Only rank 0's steps and saves are counted (ranks step and
+  save in lock-step), but for a rescue save, made by any survivor of a
+  failure (see attempts_of()).
 - goodput = time in surviving steps / wall time.
 - Every instant of the wall time goes to exactly one category, the first
   of CATEGORIES that covers it.
@@ -30,13 +32,16 @@ KEPT = "training, kept"
 LOST = "training, lost to rollback"
 SAVE_PERIODIC = "checkpoint save, periodic"
 SAVE_STOP = "checkpoint save, at a stop"
+SAVE_RESCUE = "checkpoint save, rescue after a failure"
 SAVE_FINAL = "checkpoint save, final"
 LOAD = "checkpoint load"
 START = "worker start: interpreter, import torch, process group, model"
 BETWEEN = "in the loop between steps"
 IDLE = "no training: detection, stop, rendezvous, spawn"
-CATEGORIES = [KEPT, LOST, SAVE_PERIODIC, SAVE_STOP, SAVE_FINAL, LOAD, START, BETWEEN, IDLE]
-SAVE_LABEL = {"periodic": SAVE_PERIODIC, "resize": SAVE_STOP, "final": SAVE_FINAL}
+CATEGORIES = [KEPT, LOST, SAVE_PERIODIC, SAVE_STOP, SAVE_RESCUE, SAVE_FINAL, LOAD, START, BETWEEN,
+              IDLE]
+SAVE_LABEL = {"periodic": SAVE_PERIODIC, "resize": SAVE_STOP, "rescue": SAVE_RESCUE,
+              "final": SAVE_FINAL}
 
 PHASES = ["detection", "stop", "checkpoint save", "rendezvous", "restart", "checkpoint load",
           "first step"]
@@ -86,7 +91,7 @@ class Attempt:
         self.starts: list[dict] = []
         self.inits: list[dict] = []
         self.steps: list[dict] = []   # rank 0's
-        self.saves: list[dict] = []   # rank 0's
+        self.saves: list[dict] = []   # rank 0's, and any rank's rescues
         self.usr1: list[float] = []
         self.errors: list[float] = []
         self.last_seen: dict[int, float] = {}  # pid -> time of its last record
@@ -102,6 +107,10 @@ class Attempt:
     @property
     def first_step(self) -> dict | None:
         return min(self.steps, key=lambda s: s["t1"]) if self.steps else None
+
+    @property
+    def rescues(self) -> list[dict]:
+        return [s for s in self.saves if s["why"] == "rescue"]
 
 
 def attempts_of(records: list[dict], alive: dict[int, float] | None = None) -> list[Attempt]:
@@ -119,7 +128,10 @@ def attempts_of(records: list[dict], alive: dict[int, float] | None = None) -> l
             a.inits.append(r)
         elif ev == "step" and r["rank"] == 0:
             a.steps.append(r)
-        elif ev == "save" and r["rank"] == 0:
+        elif ev == "save" and (r["rank"] == 0 or r["why"] == "rescue"):
+            # All ranks save together, but a rescue (a worker whose peer
+            # died saves the replicated state it holds) is made by whoever
+            # survived, and rank 0 may be the one that died.
             a.saves.append(r)
         elif ev == "usr1":
             a.usr1.append(r["t"])
@@ -129,6 +141,18 @@ def attempts_of(records: list[dict], alive: dict[int, float] | None = None) -> l
         for pid in a.last_seen:
             a.last_seen[pid] = max(a.last_seen[pid], (alive or {}).get(pid, 0.0))
     return sorted((a for a in by_id.values() if a.starts), key=lambda a: a.start)
+
+
+def covered(intervals: list[tuple[float, float]], start: float) -> float:
+    """Seconds after start inside at least one of the intervals: the
+    rescues of several surviving workers overlap."""
+    out, reach = 0.0, start
+    for a, b in sorted(intervals):
+        a = max(a, reach)
+        if b > a:
+            out += b - a
+            reach = b
+    return out
 
 
 def surviving(attempts: list[Attempt]) -> tuple[dict[int, dict], list[dict]]:
@@ -152,11 +176,13 @@ def recovery(event: dict, old: Attempt | None, new: Attempt, kept_ids: set[int],
     """Phases from the event (te) to the end of the new workers' first step:
 
     - detection: te until the old workers first learn of it: a scale-event
-      signal (SIGUSR1), an error in the loop (a peer died), or else their
-      last step's end (they were stopped without notice);
+      signal (SIGUSR1), an error in the loop or the start of a rescue save
+      (a peer died; a worker may record the error only after its rescue),
+      or else their last step's end (they were stopped without notice);
     - stop: from there until the old workers' last record (training on to
       an agreed step, exiting), less the checkpoint saved meanwhile;
-    - checkpoint save: rank 0's saves after te;
+    - checkpoint save: the old workers' saves after te (rank 0's at a stop,
+      a survivor's rescue after a failure);
     - rendezvous: the old workers' last record until the first new worker
       process starts (the launcher's rendezvous and spawn);
     - restart: until every new worker has imported torch and joined its
@@ -171,11 +197,11 @@ def recovery(event: dict, old: Attempt | None, new: Attempt, kept_ids: set[int],
     load_start = max(r["t_load"] for r in new.inits)
     ready = max(r["t1"] for r in new.inits)
     if old is not None:
-        signs = [t for t in old.usr1 + old.errors if t >= te]
+        signs = [t for t in old.usr1 + old.errors + [s["t0"] for s in old.rescues] if t >= te]
         last_step = max((s["t1"] for s in old.steps), default=te)
         detected = min(signs) if signs else max(te, last_step)
         old_done = max([detected] + list(old.last_seen.values()))
-        saved = sum(s["t1"] - max(s["t0"], te) for s in old.saves if s["t1"] > te)
+        saved = covered([(s["t0"], s["t1"]) for s in old.saves], te)
         lost = [s for s in old.steps if id(s) not in kept_ids]
     else:
         detected = old_done = te
@@ -215,7 +241,9 @@ def account(records: list[dict], played: list[dict], t_launch: float, t_end: flo
         for r in a.inits:
             intervals.append((r["t_load"], r["t1"], LOAD))
             if r["rank"] == 0:
-                ends = [s["t1"] for s in a.steps + a.saves]
+                # Not to a rescue: until it starts the workers wait on a
+                # broken collective (detection), not in the loop.
+                ends = [s["t1"] for s in a.steps + a.saves if s.get("why") != "rescue"]
                 if ends:
                     intervals.append((r["t1"], max(ends), BETWEEN))
     breakdown = classify(intervals, t_launch, t_end)

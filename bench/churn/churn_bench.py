@@ -358,7 +358,8 @@ def table(results: dict, fixed: dict | None) -> str:
     row("recovery after an event, mean (event to first new step)",
         lambda r: mean([x["total"] for x in r["recoveries"] if x["total"] is not None]), fmt_s)
     for cat in acc.CATEGORIES[1:]:
-        row(f"time: {cat}", lambda r, c=cat: r["breakdown"][c], fmt_s, ratio=False)
+        # .get: a run from before a category existed (--render) shows "-".
+        row(f"time: {cat}", lambda r, c=cat: r["breakdown"].get(c), fmt_s, ratio=False)
     return "\n".join(L)
 
 
@@ -485,15 +486,17 @@ METHOD = [
     "in lock-step). The second goodput figure starts at the job's first training step, leaving out "
     "the one-time start (import torch, first rendezvous), which a long job amortises.",
     "Every instant of the wall time is put in one category, the first that applies: kept training, "
-    "training lost to a rollback, checkpoint save (periodic, at a stop, final), checkpoint load, "
-    "worker start (interpreter, import torch, process group, model), the loop between steps, and "
-    "otherwise no worker training (detection, stop, rendezvous, spawn).",
+    "training lost to a rollback, checkpoint save (periodic, at a stop, rescue after a failure, "
+    "final), checkpoint load, worker start (interpreter, import torch, process group, model), the "
+    "loop between steps, and otherwise no worker training (detection, stop, rendezvous, spawn).",
     "Recovery phases per event: detection (the event until the old workers first learn of it: "
-    "elasticrun's SIGUSR1, an error in a collective, or else their last step), stop (until the "
-    "last old worker process is gone, as the harness sees it in /proc every 20 ms, less the "
-    "checkpoint saved meanwhile; steps trained meanwhile still count as goodput), checkpoint save, rendezvous (until the first "
-    "new worker process starts), restart (until every new worker has imported torch, joined its "
-    "process group and built the model), checkpoint load, first step.",
+    "elasticrun's SIGUSR1, an error in a collective or a rescue save, or else their last step), "
+    "stop (until the last old worker process is gone, as the harness sees it in /proc every 20 ms, "
+    "less the checkpoint saved meanwhile; steps trained meanwhile still count as goodput), "
+    "checkpoint save (at a stop, or a surviving worker's rescue of the state it holds after a "
+    "peer died), rendezvous (until the first new worker process starts), restart (until every new "
+    "worker has imported torch, joined its process group and built the model), checkpoint load, "
+    "first step.",
     "Compute is a stand-in: each rank pauses `--sample-s` seconds per local sample inside each step, "
     "after the real forward, backward and gloo all-reduces of a small model. Steps therefore get "
     "shorter as the world grows, as data-parallel compute does, without several workers contending "
@@ -515,10 +518,12 @@ METHOD = [
     "`repeat S` plays its events again, S seconds later each time, for as long as the job runs: "
     "the job that runs longer meets more events, at the same rate.",
     "torchrun restarts every worker on any change (a join is seen by the running agents, a "
-    "departure as a failed collective) and the script resumes from its last periodic checkpoint, "
-    "losing the steps since; elasticrun stops every rank at one agreed step, saves, and resumes "
-    "there after a join, release, scale or leave (the leaving node's workers stop with the "
-    "others), and rolls back after a failure (kill, kill-worker).",
+    "departure as a failed collective) and the script resumes from its last checkpoint, losing "
+    "the steps since; elasticrun stops every rank at one agreed step, saves, and resumes there "
+    "after a join, release, scale or leave (the leaving node's workers stop with the others), and "
+    "rolls back to its last checkpoint after a failure (kill, kill-worker). When a peer dies, a "
+    "surviving worker may save a rescue of the replicated state it holds at its last completed "
+    "step, under either launcher, and the next workers resume there.",
     "Both launchers start new worker processes on every node at every membership change; neither "
     "keeps a healthy worker across one. A cold start costs an interpreter, `import torch` (about "
     "9 s alone on this machine under load), DDP's import of torch._dynamo, a process group and the "

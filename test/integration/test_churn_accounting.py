@@ -65,8 +65,8 @@ def test_only_the_last_execution_of_each_step_counts_as_goodput():
 def test_every_second_of_the_wall_time_lands_in_exactly_one_category():
     res = acc.account(synthetic_log(), PLAYED, t_launch=100.0, t_end=119.0, samples=240)
     expected = {acc.KEPT: 5.0, acc.LOST: 2.0, acc.SAVE_PERIODIC: 0.5, acc.SAVE_STOP: 0.0,
-                acc.SAVE_FINAL: 0.5, acc.LOAD: 2.0, acc.START: 7.0, acc.BETWEEN: 0.2,
-                acc.IDLE: 1.8}
+                acc.SAVE_RESCUE: 0.0, acc.SAVE_FINAL: 0.5, acc.LOAD: 2.0, acc.START: 7.0,
+                acc.BETWEEN: 0.2, acc.IDLE: 1.8}
     assert res["breakdown"] == pytest.approx(expected)
     assert sum(res["breakdown"].values()) == pytest.approx(res["wall_s"])
 
@@ -172,6 +172,67 @@ def test_a_trace_without_repeat_plays_its_events_once():
 def test_a_bad_repeat_is_refused_naming_its_line(lines, why):
     with pytest.raises(churn_trace.TraceError, match=re.escape(why)):
         churn_trace.parse(f"nnodes 2:4\nnodes 3\nsamples 9\n{lines}\n", "bad.trace")
+
+
+def rescue_log(rescuers: tuple[int, ...], error_first: bool) -> list[dict]:
+    """World 3. Attempt A runs steps 1-4 and saves after step 2; rank 2 is
+    killed at 109.8; the survivors in `rescuers` save a rescue of step 4
+    (0.6 s), before or after every survivor records its error; attempt C
+    resumes from step 4, runs 5 and 6 (a 0.2 s gap before 6) and saves at
+    the end."""
+    C = 111.0
+    out = []
+    for rank in range(3):
+        pid = rank + 1
+        out += [rec("start", pid, rank, A, world=3, t0=100.0 + 0.5 * rank, t_pg=103.0),
+                rec("init", pid, rank, A, world=3, t_load=104.0, t1=105.0, from_step=0)]
+        out += [rec("step", pid, rank, A, world=3, step=s, t0=t0, t1=t1)
+                for s, t0, t1 in [(1, 105.0, 106.0), (2, 106.0, 107.0), (3, 107.5, 108.5),
+                                  (4, 108.5, 109.5)]]
+        out.append(rec("save", pid, rank, A, world=3, step=2, why="periodic", t0=107.0, t1=107.5))
+    for rank in (0, 1):
+        error = rec("error", rank + 1, rank, A, world=3, t=110.0 if error_first else 110.7,
+                    what="RuntimeError: Connection closed by peer")
+        t0 = 110.1 if error_first else 110.0
+        rescue = [rec("save", rank + 1, rank, A, world=3, step=4, why="rescue", t0=t0,
+                      t1=t0 + 0.6)] if rank in rescuers else []
+        out += [error, *rescue] if error_first else [*rescue, error]
+    for rank in range(3):
+        pid = rank + 4
+        out += [rec("start", pid, rank, C, world=3, t0=C + 0.2 * rank, t_pg=113.0),
+                rec("init", pid, rank, C, world=3, t_load=114.0, t1=115.0, from_step=4),
+                rec("step", pid, rank, C, world=3, step=5, t0=115.0, t1=116.0),
+                rec("step", pid, rank, C, world=3, step=6, t0=116.2, t1=117.2),
+                rec("save", pid, rank, C, world=3, step=6, why="final", t0=117.2, t1=117.7),
+                rec("exit", pid, rank, C, world=3, t=117.8, how="done")]
+    return out
+
+
+@pytest.mark.parametrize("error_first", [False, True])
+@pytest.mark.parametrize("rescuers", [(0,), (1,), (0, 1)])
+def test_a_survivor_s_rescue_save_is_its_own_category_and_the_steps_it_kept_are_not_lost(
+        rescuers, error_first):
+    played = [{"t": 109.8, "action": "kill-worker", "what": "node 3's worker killed (SIGKILL)"}]
+    res = acc.account(rescue_log(rescuers, error_first), played, t_launch=100.0, t_end=118.0,
+                      samples=288)
+    # Resumed at step 4, the rescue's: steps 1-4 of A survive, none is lost.
+    assert res["steps"] == 6 and res["steps_run"] == 6 and res["steps_lost"] == 0
+    assert [a["from_step"] for a in res["attempts"]] == [0, 4]
+    # Several survivors' rescues overlap: 0.6 s. Waiting on the broken
+    # collective before the rescue (109.5-110.0 or -110.1) is idle, not the loop.
+    expected = {acc.KEPT: 6.0, acc.LOST: 0.0, acc.SAVE_PERIODIC: 0.5, acc.SAVE_STOP: 0.0,
+                acc.SAVE_RESCUE: 0.6, acc.SAVE_FINAL: 0.5, acc.LOAD: 2.0, acc.START: 7.0,
+                acc.BETWEEN: 0.2, acc.IDLE: 1.2}
+    assert res["breakdown"] == pytest.approx(expected)
+    r = res["recoveries"][0]
+    # Detected at 110.0 (the error, or the rescue's start when the error
+    # comes after it); the old workers are done at 110.7.
+    assert r["phases"] == pytest.approx({"detection": 0.2, "stop": 0.1, "checkpoint save": 0.6,
+                                         "rendezvous": 0.3, "restart": 3.0,
+                                         "checkpoint load": 1.0, "first step": 1.0})
+    assert r["total"] == pytest.approx(6.2)
+    assert r["steps_lost"] == 0 and r["lost_s"] == 0.0
+    assert (r["world_before"], r["world_after"]) == (3, 3)
 
 
 def test_workers_cut_short_by_a_second_event_fall_inside_one_shared_recovery():
