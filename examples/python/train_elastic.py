@@ -6,8 +6,13 @@ position is in the checkpoint, so every sample of an epoch is used exactly
 once across resizes; sharded checkpoints that load at any world size; and a
 stop at the step every rank agreed on when elasticrun resizes the job.
 
+When a rank dies, a surviving rank saves the state of the last step it
+completed (CheckpointManager.rescue: under DDP every rank holds all of it),
+and the restart resumes there rather than at the last periodic checkpoint;
+--no-rescue turns that off.
+
 It runs unchanged under torchrun (no resize then: a restart resumes from the
-last checkpoint) and under elasticrun:
+last checkpoint or rescue) and under elasticrun:
 
     elasticrun --nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d \\
         --rdzv-endpoint host:29400 --rdzv-id demo train_elastic.py --ckpt /shared/ckpt
@@ -16,7 +21,9 @@ With --log DIR (also spelt --step-log: torchrun takes --log for an
 abbreviation of its own --log-dir and refuses it as ambiguous) each rank
 appends one JSON line per step to DIR/steps.rank<R>.jsonl (the step, the
 world size, its sample indices, the loss, the learning rate and the rank's
-micro-batch), which examples/python/elastic_demo.py checks and plots.
+micro-batch), which examples/python/elastic_demo.py checks and plots. The
+line goes out before the step's last collective, so a step that a rescue
+keeps has every rank's line.
 
 Under elasticrun --config FILE, the file's worldSizeOverrides
 (docs/job-config.md) apply at each (re)start: the entry for the number of
@@ -32,7 +39,7 @@ from here on carries rank, world size, generation, restart count and
 "attempt", rank 0's start time, shared by all ranks of one set of
 workers), "init" (checkpoint load begun, training about to begin), "step"
 (start and end of each optimizer step), "save" (each checkpoint: periodic,
-resize or final), "usr1" (the agent's scale-event signal arrived), "error"
+resize, final or rescue), "usr1" (the agent's scale-event signal arrived), "error"
 (the training loop raised, e.g. a peer died in a collective) and "exit".
 bench/churn/ accounts for a run's wall time from them. --sample-s stands
 in for compute that scales with the data: each rank pauses that long per
@@ -119,6 +126,9 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--save-every", type=int, default=25, help="periodic checkpoint interval")
+    p.add_argument("--no-rescue", dest="rescue", action="store_false",
+                   help="after a failure, resume from the last periodic checkpoint instead of "
+                        "the last step a surviving rank completed")
     p.add_argument("--step-s", type=float, default=0.0, help="pause per step (demo pacing)")
     p.add_argument("--log", "--step-log", dest="log", type=Path,
                    help="directory for per-step JSON lines")
@@ -135,7 +145,15 @@ def main() -> int:
         return train(args, events)
     except BaseException as e:
         events("error", t=time.time(), what=f"{type(e).__name__}: {e}"[:300])
-        raise
+        if not isinstance(e, Exception):
+            raise
+        # Report it as the interpreter would, then leave without its
+        # teardown, seconds after `import torch` that the restart would wait
+        # for (the resize path below leaves the same way).
+        sys.excepthook(type(e), e, e.__traceback__)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
 
 
 def set_base_lr(opt: torch.optim.Optimizer, sched, base: float) -> None:
@@ -165,6 +183,8 @@ def train(args, events: EventLog) -> int:
     dist.init_process_group("nccl" if use_cuda else "gloo", **timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if use_cuda else "cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)  # for the collectives of the checkpoints
     generation = int(os.environ.get("ELASTICRUN_GENERATION", "0"))
     t_pg = time.time()
     events.fields.update(rank=rank, world=world, gen=generation, attempt=events.attempt(rank),
@@ -221,62 +241,84 @@ def train(args, events: EventLog) -> int:
         events("save", step=at, why=why, t0=t0, t1=time.time())
 
     micro = plan.micro_batch(rank)
-    while step < args.steps:
-        t_step = time.time()
-        if sampler.steps_left == 0:
-            sampler.set_epoch(sampler.epoch + 1)
-        indices = sampler.step_indices()
-        samples = sampler.next_step_samples
-        lr = opt.param_groups[0]["lr"]  # this step's
-        opt.zero_grad()
-        chunks = [indices[i:i + micro] for i in range(0, plan.accum_steps * micro, micro)]
-        local_loss = torch.zeros((), device=device)
-        for k, chunk in enumerate(chunks):
-            idx = torch.tensor(chunk, dtype=torch.long, device=device)
-            # Sum over the rank's samples, scaled so that DDP's mean over
-            # ranks gives the mean over the global batch whatever the split.
-            loss = ((model(x[idx]) - y[idx]) ** 2).sum() * world / samples
-            if k + 1 < len(chunks):
-                with model.no_sync():
-                    loss.backward()
-            else:
+    # Whether model, optimizer, scheduler and sampler all hold the state after
+    # `step` steps: true everywhere but inside the update.
+    consistent = True
+    try:
+        while step < args.steps:
+            t_step = time.time()
+            if sampler.steps_left == 0:
+                sampler.set_epoch(sampler.epoch + 1)
+            indices = sampler.step_indices()
+            samples = sampler.next_step_samples
+            lr = opt.param_groups[0]["lr"]  # this step's
+            opt.zero_grad()
+            chunks = [indices[i:i + micro] for i in range(0, plan.accum_steps * micro, micro)]
+            local_loss = torch.zeros((), device=device)
+            for k, chunk in enumerate(chunks):
+                idx = torch.tensor(chunk, dtype=torch.long, device=device)
+                # Sum over the rank's samples, scaled so that DDP's mean over
+                # ranks gives the mean over the global batch whatever the split.
+                loss = ((model(x[idx]) - y[idx]) ** 2).sum() * world / samples
+                local_loss += loss.detach() / world
+                if k + 1 < len(chunks):
+                    with model.no_sync():
+                        loss.backward()
+                    continue
+                # The step's record goes out before its last collective, the
+                # gradients' all-reduce in this backward: a rank that keeps
+                # this step (its all-reduce completed, so every rank entered
+                # it) knows every rank wrote its record, even one that died
+                # since. A rescue never keeps a step whose samples a log lacks.
+                dist.all_reduce(local_loss)
+                loss_value = local_loss.item()
+                if log is not None:
+                    log.write(json.dumps({"step": step + 1, "epoch": sampler.epoch,
+                                          "gen": generation, "world": world,
+                                          "global_batch": samples, "loss": loss_value,
+                                          "lr": lr, "micro": micro, "indices": indices}) + "\n")
                 loss.backward()
-            local_loss += loss.detach() / world
-        opt.step()
-        sched.step()
-        sampler.advance()
-        step += 1
-        dist.all_reduce(local_loss)
-        loss_value = local_loss.item()
-        if args.sample_s:
-            time.sleep(args.sample_s * len(indices))
-        events("step", step=step, t0=t_step, t1=time.time())
-        elasticrun.step(step, loss=loss_value)
-        if log is not None:
-            log.write(json.dumps({"step": step, "epoch": sampler.epoch, "gen": generation,
-                                  "world": world, "global_batch": samples, "loss": loss_value,
-                                  "lr": lr, "micro": micro, "indices": indices}) + "\n")
-        if elasticrun.elastic_event_detected():
-            # Every rank reaches this at the same step: save and go; the
-            # agents restart the job at its new size from here.
-            elasticrun.stopped()
-            save(step, "resize")
-            elasticrun.saved()
-            if rank == 0:
-                print(f"[train] stopped at step {step} for a resize; checkpoint saved", flush=True)
-            events("exit", t=time.time(), how="resize")
-            # Leave without the interpreter's teardown: after `import torch`
-            # it takes seconds (5 s on a loaded 2-core machine), all of it
-            # time the next round waits for. Nothing is lost: the checkpoint
-            # is published and fsynced, and every file here is line-buffered.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
-        if step % args.save_every == 0:
-            save(step, "periodic")
-        if args.step_s:
-            time.sleep(args.step_s)
-    save(step, "final")
+            consistent = False  # the update: a failure here leaves no whole step
+            opt.step()
+            sched.step()
+            sampler.advance()
+            step += 1
+            consistent = True
+            if args.sample_s:
+                time.sleep(args.sample_s * len(indices))
+            events("step", step=step, t0=t_step, t1=time.time())
+            elasticrun.step(step, loss=loss_value)
+            if elasticrun.elastic_event_detected():
+                # Every rank reaches this at the same step: save and go; the
+                # agents restart the job at its new size from here.
+                elasticrun.stopped()
+                save(step, "resize")
+                elasticrun.saved()
+                if rank == 0:
+                    print(f"[train] stopped at step {step} for a resize; checkpoint saved", flush=True)
+                events("exit", t=time.time(), how="resize")
+                # Leave without the interpreter's teardown: after `import torch`
+                # it takes seconds (5 s on a loaded 2-core machine), all of it
+                # time the next round waits for. Nothing is lost: the checkpoint
+                # is published and fsynced, and every file here is line-buffered.
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(0)
+            if step % args.save_every == 0:
+                save(step, "periodic")
+            if args.step_s:
+                time.sleep(args.step_s)
+        save(step, "final")
+    except Exception:
+        # A collective failed (a peer died), or the step raised: the state
+        # of the last whole step is still here and, under DDP, the same on
+        # every rank. Keeping it spares the next attempt the steps since
+        # the last checkpoint; one surviving rank writes it.
+        if consistent and args.rescue:
+            t0 = time.time()
+            if ckpt.rescue(step, model, opt, sched, extra={"sampler": sampler.state_dict()}):
+                events("save", step=step, why="rescue", t0=t0, t1=time.time())
+        raise
     if rank == 0:
         print(f"[train] done: {step} steps, loss {loss_value:.4f}", flush=True)
     dist.destroy_process_group()

@@ -24,19 +24,51 @@ Everything that must survive a resize goes in one call:
 ``extra`` holds JSON values (ints, floats, strings, lists, dicts): the data
 position, RNG seeds; it is stored once per checkpoint, as rank 0 gives it. Every rank must call save() and load()
 (they are collectives); the directory must be shared by all nodes.
+
+A rescue keeps the steps since the last checkpoint when a peer fails. When
+every rank holds the whole state (DDP), any rank that outlives the failure
+holds the state of the last step it completed; rescue() writes it, without
+a collective, from a handler of the error the broken collective raised:
+
+    try:
+        for ...:
+            train_step(); step += 1
+    except Exception:
+        ckpt.rescue(step, model, optimizer, scheduler, extra={...})
+        raise
+
+One rank per step writes it (they claim the step in the job's store; when
+the store cannot be reached each writes its own), as ``rescue_<n>.r<rank>``,
+published by a rename like a checkpoint. The next load() resumes from the
+newest complete rescue newer than ``latest``: rank 0 publishes it as
+``step_<n>``, so ``latest`` names it from then on. rescue() refuses sharded
+state (FSDP, tensor parallelism): no single rank holds all of it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import json
 import os
 import re
 import shutil
+import signal
+import sys
+import threading
+import uuid
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
 _STEP_DIR = re.compile(r"^step_(\d{9})$")
+_RESCUE_DIR = re.compile(r"^rescue_(\d{9})\.r(\d+)$")
 LATEST = "latest"
+# DCP's file of the checkpoint's metadata: written last by every save.
+_METADATA = ".metadata"
+# How long a rescue waits for the job's store to answer its claim: the
+# store may be on the node that failed.
+_CLAIM_TIMEOUT = datetime.timedelta(seconds=2)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -58,12 +90,66 @@ def _write_atomically(path: Path, text: str) -> None:
     _fsync_dir(path.parent)
 
 
+def _step_of(path: Optional[Path]) -> int:
+    """The step of a checkpoint or rescue directory; 0 for none."""
+    if path is None:
+        return 0
+    m = _STEP_DIR.match(path.name) or _RESCUE_DIR.match(path.name)
+    return int(m.group(1))
+
+
+@contextlib.contextmanager
+def _stop_signals_deferred():
+    """SIGTERM and SIGINT wait until the block ends, then take their usual
+    course: the agent stops a failed job's workers with SIGTERM, which would
+    otherwise cut a rescue short. Only the main thread handles signals; in
+    another thread this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {}
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        previous[signum] = signal.signal(signum, lambda n, _frame: received.append(n))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(received):
+            signal.raise_signal(signum)
+
+
+def _sharded_tensors(state: Any) -> list[str]:
+    """Keys of the tensors in state that hold only this rank's part."""
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+    from torch.distributed.tensor import DTensor
+
+    found: list[str] = []
+
+    def walk(value: Any, key: str) -> None:
+        if isinstance(value, (DTensor, ShardedTensor)):
+            found.append(key)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{key}.{k}" if key else str(k))
+        elif isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                walk(v, f"{key}.{i}")
+
+    walk(state, "")
+    return found
+
+
 class CheckpointManager:
     def __init__(self, root: str | os.PathLike, keep: int = 3):
         if keep < 1:
             raise ValueError(f"keep must be at least 1, not {keep}")
         self.root = Path(root)
         self.keep = keep
+        # Shared by the ranks of one set of workers (rank 0 draws it in
+        # load()): the namespace of their rescue claims in the store.
+        self._attempt: Optional[str] = None
 
     # --- what is on disk
 
@@ -82,6 +168,14 @@ class CheckpointManager:
         if not self.root.is_dir():
             return []
         return sorted(p for p in self.root.iterdir() if _STEP_DIR.match(p.name) and p.is_dir())
+
+    def rescues(self) -> list[Path]:
+        """Complete rescues, oldest step first (see rescue())."""
+        if not self.root.is_dir():
+            return []
+        found = [p for p in self.root.iterdir()
+                 if _RESCUE_DIR.match(p.name) and (p / _METADATA).is_file()]
+        return sorted(found, key=lambda p: (_step_of(p), p.name))
 
     # --- collectives
 
@@ -113,6 +207,7 @@ class CheckpointManager:
                 shutil.rmtree(old, ignore_errors=True)
             for stale in self.root.glob("step_*.partial"):
                 shutil.rmtree(stale, ignore_errors=True)
+            self._drop_rescues(up_to=step)
         _barrier()
         return final
 
@@ -120,12 +215,24 @@ class CheckpointManager:
         """Loads the latest checkpoint into model/optimizer/scheduler, whatever
         the world size it was written at. Returns {"step": n, **extra}, or
         None when there is none."""
+        import torch.distributed as dist
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
-        path = self.latest()
-        if path is None:
+        # Rank 0 alone reads the directory and decides (publishing a rescue
+        # if there is a newer one); the others take its word, so every rank
+        # loads the same checkpoint even where a shared file system shows
+        # them the directory at different moments.
+        choice: list[Any] = [None, None]
+        if not dist.is_initialized() or dist.get_rank() == 0:
+            chosen = self._adopt_rescue()
+            choice = [chosen.name if chosen is not None else None, uuid.uuid4().hex]
+        if dist.is_initialized():
+            dist.broadcast_object_list(choice, src=0)
+        name, self._attempt = choice
+        if name is None:
             return None
+        path = self.root / name
         state = self._state(model, optimizer, scheduler, None, 0)
         dcp.load(state, checkpoint_id=path)
         set_state_dict(model, optimizer if optimizer is not None else [],
@@ -136,6 +243,114 @@ class CheckpointManager:
         out = json.loads(state["extra"])
         out["step"] = int(state["step"])
         return out
+
+    def rescue(self, step: int, model, optimizer=None, scheduler=None,
+               extra: Optional[dict[str, Any]] = None) -> Optional[Path]:
+        """Writes this rank's state of step `step` without any collective,
+        for the next load() to resume from: call it when a collective failed
+        because a peer is gone, with the step the state has completed. The
+        state must be the same on every rank (DDP, or no wrapper); sharded
+        state (FSDP, DTensor) is refused. Returns the rescue's directory, or
+        None when nothing was written: the step is not newer than the
+        latest checkpoint, the state is sharded, or another rank claimed
+        the step. SIGTERM and SIGINT wait until it returns."""
+        import torch.distributed.checkpoint as dcp
+
+        rank = _rank()
+        try:
+            newest = _step_of(self.latest())
+        except RuntimeError:
+            newest = 0
+        if step <= newest:
+            return None
+        state = self._state(model, optimizer, scheduler, extra, step)
+        sharded = _sharded_tensors(state)
+        if sharded:
+            print(f"elasticrun.checkpoint: rank {rank}: no rescue of step {step}: the state is "
+                  f"sharded ({sharded[0]} holds only this rank's part); the job resumes from "
+                  f"its latest checkpoint", file=sys.stderr, flush=True)
+            return None
+        # Under elasticrun: the agent spares a rank that is saving a rescue
+        # the stop signal it sends after a failure (docs/ARCHITECTURE.md).
+        import elasticrun
+
+        elasticrun.stopped()
+        if not self._claim(step, rank):
+            return None
+        name = f"rescue_{step:09d}.r{rank}"
+        final, partial = self.root / name, self.root / (name + ".partial")
+        with _stop_signals_deferred():
+            self.root.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(partial, ignore_errors=True)
+            with warnings.catch_warnings():
+                # "assuming the intent is to save in a single process": it is.
+                warnings.filterwarnings("ignore", message=".*single process", category=UserWarning)
+                dcp.save(state, checkpoint_id=partial, no_dist=True)
+            _fsync_dir(partial)
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(partial, final)
+            _fsync_dir(self.root)
+        elasticrun.saved()
+        print(f"elasticrun.checkpoint: rank {rank}: rescued step {step} to {final}",
+              file=sys.stderr, flush=True)
+        return final
+
+    def _claim(self, step: int, rank: int) -> bool:
+        """Whether this rank writes the rescue of `step`: the first of this set
+        of workers to claim it in the job's store does. Without an answer
+        from the store every rank writes its own, which costs space, never
+        the rescue."""
+        if self._attempt is None:
+            return True
+        try:
+            import torch.distributed.distributed_c10d as c10d
+
+            store = c10d._get_default_store()
+        except Exception:  # no process group, or a PyTorch without it
+            return True
+        key = f"elasticrun/rescue/{self._attempt}/{step}"
+        try:
+            previous = store.timeout
+            store.set_timeout(_CLAIM_TIMEOUT)
+            try:
+                return store.add(key, 1) == 1
+            finally:
+                store.set_timeout(previous)
+        except Exception as e:  # the store's host may be the one that failed
+            print(f"elasticrun.checkpoint: rank {rank}: the store did not answer the claim "
+                  f"of step {step} ({e}); writing a rescue of its own", file=sys.stderr, flush=True)
+            return True
+
+    def _adopt_rescue(self) -> Optional[Path]:
+        """The checkpoint to load: `latest`, or the newest complete rescue when
+        it is newer, which is published as step_<n> first. Rank 0 only."""
+        latest = self.latest()
+        rescues = [p for p in self.rescues() if _step_of(p) > _step_of(latest)]
+        if not rescues:
+            return latest
+        best = rescues[-1]
+        step = _step_of(best)
+        final = self.root / f"step_{step:09d}"
+        if final.exists():  # published, and `latest` not yet moved to it
+            shutil.rmtree(best)
+        else:
+            os.replace(best, final)
+        _fsync_dir(self.root)
+        _write_atomically(self.root / LATEST, final.name + "\n")
+        for old in self.published()[:-self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        self._drop_rescues(up_to=step)
+        return final
+
+    def _drop_rescues(self, up_to: int) -> None:
+        """Removes the rescues a checkpoint of step `up_to` supersedes, and any
+        a crash left half-written."""
+        if not self.root.is_dir():
+            return
+        for p in self.root.iterdir():
+            m = _RESCUE_DIR.match(p.name.removesuffix(".partial"))
+            if m and (p.name.endswith(".partial") or int(m.group(1)) <= up_to):
+                shutil.rmtree(p, ignore_errors=True)
 
     @staticmethod
     def _state(model, optimizer, scheduler, extra, step) -> dict[str, Any]:
@@ -151,6 +366,12 @@ class CheckpointManager:
         if scheduler is not None:
             state["scheduler"] = scheduler.state_dict()
         return state
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
 
 
 def _barrier() -> None:

@@ -71,6 +71,8 @@ class Attempt {
     leave_timer_.data = this;
     uv_timer_init(&loop_, &refill_timer_);
     refill_timer_.data = this;
+    uv_timer_init(&loop_, &rescue_timer_);
+    rescue_timer_.data = this;
     uv_async_init(&loop_, &stop_async_,
                   [](uv_async_t* h) { static_cast<Attempt*>(h->data)->on_stop_request(); });
     stop_async_.data = this;
@@ -204,7 +206,7 @@ class Attempt {
       if (e.failed() && !stopping_) {
         log_->warn("worker local rank {} (pid {}) failed: {}", e.local_rank, e.pid, e.describe());
         failures_.push_back(e);
-        stop(config_.shutdown_signal, Outcome::kFailed, config_.shutdown_timeout);
+        stop_after_failure(Outcome::kFailed, config_.shutdown_timeout);
         if (hooks_.on_failure) hooks_.on_failure(e);
       } else if (e.failed() && outcome_ == Outcome::kFailed) {
         // Survivors we stopped are listed too (exitcode -15), as torchrun
@@ -260,9 +262,45 @@ class Attempt {
     stop_reason_ = hooks_.stop->pending();
     if (!stop_reason_) return;
     log_->info("stopping the workers: {}", *stop_reason_);
-    stop(hooks_.tell_stop ? 0 : config_.shutdown_signal, Outcome::kStopped,
-         config_.graceful_shutdown_timeout);
-    if (hooks_.tell_stop) hooks_.tell_stop(group_);
+    if (hooks_.tell_stop && hooks_.tell_stop(group_)) {
+      stop(0, Outcome::kStopped, config_.graceful_shutdown_timeout);
+    } else {
+      stop_after_failure(Outcome::kStopped, config_.graceful_shutdown_timeout);
+    }
+  }
+
+  // --shutdown-signal to every worker after a failure; those that can save a
+  // rescue get the rescue window first (AttemptHooks::rescue).
+  void stop_after_failure(Outcome why, std::chrono::milliseconds grace) {
+    const std::chrono::milliseconds window =
+        hooks_.rescue_window ? hooks_.rescue_window() : std::chrono::milliseconds(0);
+    rescuers_.clear();
+    for (int lr = 0; lr < static_cast<int>(group_.size()); ++lr) {
+      if (window.count() > 0 && !group_.exited(lr) && hooks_.rescue &&
+          hooks_.rescue(lr) != Rescue::kNone) {
+        rescuers_.push_back(lr);
+      } else {
+        group_.signal_group(lr, config_.shutdown_signal);
+      }
+    }
+    stop(0, why, grace + window);
+    if (rescuers_.empty()) return;
+    log_->info("{} worker(s) may save a rescue: {} in {} ms unless one is under way",
+               rescuers_.size(), supervisor::signal_name(config_.shutdown_signal), window.count());
+    uv_timer_start(
+        &rescue_timer_,
+        [](uv_timer_t* t) {
+          auto* self = static_cast<Attempt*>(t->data);
+          for (int lr : self->rescuers_) {
+            if (self->group_.exited(lr)) continue;
+            if (self->hooks_.rescue(lr) == Rescue::kUnderWay) {
+              self->log_->info("worker local rank {} is saving a rescue: left to finish", lr);
+            } else {
+              self->group_.signal_group(lr, self->config_.shutdown_signal);
+            }
+          }
+        },
+        static_cast<uint64_t>(window.count()), 0);
   }
 
   // Stops the workers with sig (0: the caller signals them) and SIGKILLs
@@ -292,6 +330,7 @@ class Attempt {
     uv_timer_stop(&kill_timer_);
     uv_timer_stop(&leave_timer_);
     uv_timer_stop(&refill_timer_);
+    uv_timer_stop(&rescue_timer_);
     uv_stop(&loop_);
   }
 
@@ -308,6 +347,8 @@ class Attempt {
   uv_timer_t kill_timer_{};
   uv_timer_t leave_timer_{};   // signal_means_leave: forwards the signal if nobody stops us
   uv_timer_t refill_timer_{};  // --warm-start: interpreters for the next attempt
+  uv_timer_t rescue_timer_{};  // the end of the rescue window after a failure
+  std::vector<int> rescuers_;  // local ranks given the rescue window
   std::vector<std::unique_ptr<uv_signal_t>> forwarded_;
   bool stopping_ = false;
   bool done_ = false;

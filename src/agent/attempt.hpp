@@ -51,6 +51,13 @@ class StopChannel {
   uv_async_t* async_ = nullptr;
 };
 
+// Where a worker stands with a rescue (AttemptHooks::rescue).
+enum class Rescue {
+  kNone,      // it cannot save one: it gets --shutdown-signal at once
+  kPossible,  // it can (it attached the SDK), and has not begun
+  kUnderWay,  // it is writing one
+};
+
 struct AttemptHooks {
   // On the loop, once, when the first worker fails (before the others are
   // stopped): the dynamic agent ends the round here so other nodes stop too.
@@ -66,10 +73,21 @@ struct AttemptHooks {
   bool signal_means_leave = false;
   // Stop requests from other threads; may be null.
   StopChannel* stop = nullptr;
-  // How the workers are told to stop on such a request (on the loop); when
-  // empty, --shutdown-signal to every worker's process group. The attempt
-  // SIGKILLs what is left after --graceful-shutdown-timeout either way.
-  std::function<void(supervisor::WorkerGroup&)> tell_stop;
+  // How the workers are told to stop on such a request (on the loop): true
+  // when it told them (SIGUSR1 and the agreed step of a resize). False, or
+  // when empty: the round ended by a failure, and the workers are stopped
+  // as after a failure here (below). The attempt SIGKILLs what is left
+  // after --graceful-shutdown-timeout either way.
+  std::function<bool(supervisor::WorkerGroup&)> tell_stop;
+  // After a failure, here or on another node, --shutdown-signal goes to
+  // every worker's process group, except that workers which can save a
+  // rescue get rescue_window() first: a survivor whose collective fails
+  // writes the state of the last step it completed (python/elasticrun/
+  // checkpoint.py). One whose rescue is under way by then is left to
+  // finish; SIGKILL comes at the grace, counted from the window's end.
+  // Empty, or a zero window: the signal at once, to every worker.
+  std::function<Rescue(int local_rank)> rescue;
+  std::function<std::chrono::milliseconds()> rescue_window;
 };
 
 // What a node knows for every attempt: set up once by run_agent.

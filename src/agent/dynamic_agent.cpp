@@ -5,6 +5,8 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <filesystem>
 #include <mutex>
@@ -104,6 +106,10 @@ control::EventKind event_kind(EndKind k) {
 bool voluntary(EndKind k) {
   return k == EndKind::kScaleUp || k == EndKind::kScaleDown;
 }
+
+// The least time after a failure before workers that can save a rescue get
+// --shutdown-signal (DynamicAgent::rescue_window).
+constexpr std::chrono::milliseconds kMinRescueWindow{1000};
 
 // The control block lives in tmpfs when there is one: workers map it.
 std::string control_path(const std::filesystem::path& run_dir) {
@@ -207,7 +213,9 @@ class DynamicAgent {
       hooks.on_failure = [&](const supervisor::WorkerExit& e) { on_local_failure(e.describe()); };
       hooks.on_signal = [&](int sig) { on_leave(supervisor::signal_name(sig)); };
       hooks.signal_means_leave = true;
-      hooks.tell_stop = [&](supervisor::WorkerGroup& g) { tell_stop(g, end.get()); };
+      hooks.tell_stop = [&](supervisor::WorkerGroup& g) { return tell_stop(g, end.get()); };
+      hooks.rescue = [&](int local_rank) { return rescue_state(local_rank); };
+      hooks.rescue_window = [&] { return rescue_window(); };
       AttemptResult r = run_attempt(config_, node_, a, attempt, hooks);
 
       // Signaled, or stopped with the others after a signal: this node leaves.
@@ -265,8 +273,10 @@ class DynamicAgent {
   // The round ended: workers that attached the SDK learn it from the control
   // block and SIGUSR1 and stop at the agreed step (it follows shortly);
   // the others get --shutdown-signal, as under torchrun, and resume from
-  // their own checkpoint in the next round.
-  void tell_stop(supervisor::WorkerGroup& g, const std::optional<EndRecord>& e) {
+  // their own checkpoint in the next round. False when the round ended by a
+  // failure or a loss: there is no agreed step, and the attempt stops the
+  // workers as after a failure (rescue_state, rescue_window).
+  bool tell_stop(supervisor::WorkerGroup& g, const std::optional<EndRecord>& e) {
     const bool graceful = control_ && e && voluntary(e->kind);
     if (control_ && e) {
       control::ControlBlock::Event ev;
@@ -284,6 +294,7 @@ class DynamicAgent {
       ev.stop_step = agreed_stop_;
       control_->publish_event(ev);
     }
+    if (!graceful) return false;
     int told = 0;
     for (int lr = 0; lr < static_cast<int>(g.size()); ++lr) {
       if (graceful && control_->attached(lr)) {
@@ -297,6 +308,28 @@ class DynamicAgent {
     if (told > 0) {
       log_->info("{} worker(s) told to checkpoint and stop (SIGUSR1, control block)", told);
     }
+    return true;
+  }
+
+  // Workers that attached the SDK can save a rescue after a failure; one that
+  // marked itself stopped (checkpointing) is saving it.
+  Rescue rescue_state(int local_rank) const {
+    if (!control_) return Rescue::kNone;
+    const uint32_t flags = control_->read_slot(local_rank).flags;
+    if ((flags & control::kFlagAttached) == 0) return Rescue::kNone;
+    return (flags & control::kFlagStopped) != 0 ? Rescue::kUnderWay : Rescue::kPossible;
+  }
+
+  // Long enough for a survivor to reach its next collective, find it broken
+  // and begin its rescue: two steps at the rate this node's workers stepped,
+  // at least kMinRescueWindow, at most --graceful-shutdown-timeout.
+  std::chrono::milliseconds rescue_window() const {
+    const double rate = steps_per_s_.load();
+    auto window = kMinRescueWindow;
+    if (rate > 0) {
+      window = std::max(window, std::chrono::milliseconds(static_cast<int64_t>(2000.0 / rate)));
+    }
+    return std::min(window, config_.graceful_shutdown_timeout);
   }
 
   // Watch thread: agree with the other members on the step every worker
@@ -438,7 +471,7 @@ class DynamicAgent {
   // Progress samples (watch thread): the step rate the stop step must outrun.
   int64_t sample_step_ = -1;
   std::chrono::steady_clock::time_point sample_time_;
-  double steps_per_s_ = 0;
+  std::atomic<double> steps_per_s_{0};  // read on the attempt's loop too
   rendezvous::RendezvousConfig rc_;
   std::unique_ptr<EmbeddedStore> rdzv_store_;
   std::unique_ptr<rendezvous::Heartbeat> heartbeat_;

@@ -104,10 +104,12 @@ std::vector<WorkerExit> WorkerGroup::reap() {
 }
 
 void WorkerGroup::signal_all(int sig) {
-  for (const auto& w : workers_) {
-    // ESRCH: the group is empty. Nothing else can go wrong for our own children.
-    ::kill(-w.pid, sig);
-  }
+  for (size_t r = 0; r < workers_.size(); ++r) signal_group(static_cast<int>(r), sig);
+}
+
+void WorkerGroup::signal_group(int local_rank, int sig) {
+  // ESRCH: the group is empty. Nothing else can go wrong for our own children.
+  ::kill(-workers_.at(static_cast<size_t>(local_rank)).pid, sig);
 }
 
 void WorkerGroup::signal_one(int local_rank, int sig) {

@@ -56,6 +56,9 @@ class WorkerGroup {
   // Sends sig to one worker process (not its group: a worker's helper
   // processes may not handle it), unless it has already been reaped.
   void signal_one(int local_rank, int sig);
+  // Sends sig to one worker's process group, as signal_all does to each.
+  void signal_group(int local_rank, int sig);
+  bool exited(int local_rank) const { return workers_.at(static_cast<size_t>(local_rank)).exited; }
 
   // Retires the groups from the death watch (after they were killed and reaped).
   void forget();

@@ -89,16 +89,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_world(tmp_path: Path, world: int, *args: str, **extra_env: str):
+def start_world(tmp_path: Path, world: int, *args, worker: str = WORKER, **extra_env: str):
+    """Starts `world` ranks of the script `worker` (text) on a gloo group."""
     script = tmp_path / "worker.py"
-    script.write_text(WORKER)
+    script.write_text(worker)
     port = free_port()
     procs = []
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port), PYTHONPATH=str(REPO / "python"), OMP_NUM_THREADS="1",
                    **extra_env)
-        procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env,
+        procs.append(subprocess.Popen([sys.executable, str(script), *map(str, args)], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     return procs
 
