@@ -32,4 +32,7 @@ export CPP_CKPT_TOOL=$PWD/build/torch-examples/ckpt_tool
 
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs"
-ctest --preset asan
+# Two at a time: the integration suite spends most of its time waiting on
+# workers (paced steps, rendezvous windows), which leaves a CPU for the
+# Python SDK's tests beside it.
+ctest --preset asan -j 2

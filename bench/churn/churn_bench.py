@@ -457,6 +457,15 @@ def render(args, trace, results, fixed, info, others: list[dict] | None = None) 
                  f"{fixed['samples_per_s']:.0f} samples/s, goodput {fixed['goodput'] * 100:.1f}% "
                  f"({fixed['goodput_from_first_step'] * 100:.1f}% from the first step), "
                  f"wall time {fixed['wall_s']:.1f} s.")
+        t = results.get("torchrun")
+        if t and t["goodput"] and t["goodput_from_first_step"]:
+            # No launcher beats the job without events: that bounds the ratio.
+            L.append("")
+            L.append(f"That run bounds what any launcher reaches on this trace with this script: "
+                     f"at its goodput, elasticrun would be "
+                     f"{fixed['goodput'] / t['goodput']:.2f}x torchrun's "
+                     f"({fixed['goodput_from_first_step'] / t['goodput_from_first_step']:.2f}x "
+                     f"from the first step).")
         L.append("")
     if others:
         L += ["Other runs of this trace (same harness and settings):", ""]

@@ -297,7 +297,7 @@ class DynamicAgent {
     if (!graceful) return false;
     int told = 0;
     for (int lr = 0; lr < static_cast<int>(g.size()); ++lr) {
-      if (graceful && control_->attached(lr)) {
+      if (control_->attached(lr)) {
         g.signal_one(lr, SIGUSR1);
         ++told;
       } else {
