@@ -9,6 +9,7 @@
 #include <set>
 
 #include "agent/agent.hpp"
+#include "agent/cuda_devices.hpp"
 #include "agent/worker_env.hpp"
 #include "cli/parse.hpp"
 #include "elastic/policy.hpp"
@@ -27,18 +28,17 @@ int cpu_count() {
   return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
 }
 
-// GPUs without initialising CUDA in the launcher: the device nodes tell.
+// Test-only: the integration suite points the GPU and NUMA discovery at a
+// fake tree (docs/numa-binding.md).
+std::filesystem::path discovery_root(const std::map<std::string, std::string>& env) {
+  auto root = env.find("ELASTICRUN_TEST_SYSFS_ROOT");
+  return root != env.end() && !root->second.empty() ? root->second : "/";
+}
+
+// --nproc-per-node gpu: the GPUs the workers will see, without initialising
+// CUDA in the launcher.
 int gpu_count(const std::map<std::string, std::string>& env) {
-  auto visible = env.find("CUDA_VISIBLE_DEVICES");
-  if (visible != env.end()) {
-    if (visible->second.empty()) return 0;
-    int n = 1;
-    for (char c : visible->second) n += c == ',' ? 1 : 0;
-    return n;
-  }
-  int n = 0;
-  while (std::filesystem::exists("/dev/nvidia" + std::to_string(n))) ++n;
-  return n;
+  return agent::cuda_device_count(discovery_root(env), env);
 }
 
 std::string find_in_path(const std::string& name, const std::map<std::string, std::string>& env) {
@@ -205,10 +205,7 @@ agent::AgentConfig agent_config(const cli::LaunchConfig& c,
   a.virtual_local_rank = c.virtual_local_rank;
   if (c.numa_binding) {
     a.numa_binding = agent::numa_mode_from_string(*c.numa_binding);  // validated by the parser
-    // Test-only: the integration suite points the NUMA and GPU discovery
-    // at a fake sysfs tree (docs/numa-binding.md).
-    auto root = env.find("ELASTICRUN_TEST_SYSFS_ROOT");
-    if (root != env.end() && !root->second.empty()) a.numa_root = root->second;
+    a.numa_root = discovery_root(env).string();
   }
   a.log_dir = c.log_dir.value_or("");
   for (int r = 0; r < c.nproc_per_node; ++r) {

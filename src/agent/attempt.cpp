@@ -87,7 +87,12 @@ class Attempt {
           if (!uv_is_closing(h)) uv_close(h, nullptr);
         },
         nullptr);
-    uv_run(&loop_, UV_RUN_DEFAULT);
+    // finish() may have called uv_stop() before the loop ever ran (every
+    // worker was gone at the first look); a run that finds the stop flag set
+    // returns at once without closing anything, and clears it on the way
+    // out. So run until nothing is left: the handles, the loop's memory.
+    while (uv_run(&loop_, UV_RUN_DEFAULT) != 0) {
+    }
     uv_loop_close(&loop_);
     for (int fd : parent_fds_) ::close(fd);
   }

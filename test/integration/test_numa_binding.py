@@ -138,6 +138,16 @@ def test_a_warm_worker_gets_an_interpreter_bound_like_it(procs, marker, elasticr
     assert "2 in warm interpreters" in proc.stderr()
 
 
+@pytest.mark.parametrize("visible,workers", [(None, 2), ("1", 1)])
+def test_nproc_per_node_gpu_starts_one_worker_per_gpu_the_workers_will_see(
+        procs, marker, elasticrun, tmp_path, visible, workers):  # noqa: F811
+    sysfs = fake_sysfs(tmp_path / "sysfs", "two-nodes")
+    proc, code, records = run(procs, marker, elasticrun, tmp_path, "gpu", sysfs, [], nproc="gpu",
+                              CUDA_VISIBLE_DEVICES=visible)
+    assert code == 0, proc.describe()
+    assert sorted(records) == list(range(workers)), proc.describe()
+
+
 @pytest.mark.parametrize("case", ["no driver", "all hidden", "too few GPUs"])
 def test_without_a_gpu_for_every_local_rank_the_agent_fails_before_starting_anything(
         procs, marker, elasticrun, tmp_path, case):

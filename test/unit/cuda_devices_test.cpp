@@ -11,6 +11,7 @@
 #include "fake_sysfs.hpp"
 
 using Catch::Matchers::Contains;
+using elasticrun::agent::cuda_device_count;
 using elasticrun::agent::cuda_devices;
 using elasticrun::test::FakeSysfs;
 using Env = std::map<std::string, std::string>;
@@ -120,4 +121,29 @@ TEST_CASE("identical GPUs give no warning: CUDA's default order is bus order the
   FakeSysfs sys;
   four_gpus(sys);
   CHECK(cuda_devices(sys.root(), {}).warning.empty());
+}
+
+TEST_CASE("--nproc-per-node gpu counts the driver's GPUs that CUDA_VISIBLE_DEVICES shows",
+          "[cuda_devices]") {
+  FakeSysfs sys;
+  four_gpus(sys);
+  sys.file("dev/nvidia0", "");  // the device nodes do not count when the driver lists GPUs
+  CHECK(cuda_device_count(sys.root(), {}) == 4);
+  CHECK(cuda_device_count(sys.root(), {{"CUDA_VISIBLE_DEVICES", "3,GPU-aaaa"}}) == 2);
+  CHECK(cuda_device_count(sys.root(), {{"CUDA_VISIBLE_DEVICES", "1,7,2"}}) == 1);
+  CHECK(cuda_device_count(sys.root(), {{"CUDA_VISIBLE_DEVICES", ""}}) == 0);
+  CHECK(cuda_device_count(sys.root(), {{"CUDA_VISIBLE_DEVICES", "MIG-1,MIG-2"}}) == 2);
+}
+
+TEST_CASE("without the driver's list the device nodes count, whatever their numbers",
+          "[cuda_devices]") {
+  FakeSysfs sys;
+  // A container given the host's third and fourth GPU, and the driver's other nodes.
+  for (const char* node : {"nvidia2", "nvidia3", "nvidiactl", "nvidia-uvm", "nvidia-caps"}) {
+    sys.file(std::string("dev/") + node, "");
+  }
+  CHECK(cuda_device_count(sys.root(), {}) == 2);
+  CHECK(cuda_device_count(sys.root(), {{"CUDA_VISIBLE_DEVICES", "0"}}) == 1);
+  FakeSysfs empty;
+  CHECK(cuda_device_count(empty.root(), {}) == 0);
 }
