@@ -130,28 +130,31 @@ CudaDevices cuda_devices(const fs::path& root, const std::map<std::string, std::
 
 int cuda_device_count(const fs::path& root, const std::map<std::string, std::string>& env) {
   std::error_code ec;
+  int gpus = 0;  // what the machine has, before CUDA_VISIBLE_DEVICES
   if (fs::is_directory(root / "proc/driver/nvidia/gpus", ec)) {
     try {
       return static_cast<int>(cuda_devices(root, env).devices.size());
     } catch (const Error&) {
       // A MIG instance: counted by its entry below.
+      gpus = static_cast<int>(cuda_devices(root, {}).devices.size());
+    }
+  } else {
+    for (const auto& entry : fs::directory_iterator(root / "dev", ec)) {
+      const std::string name = entry.path().filename().string();
+      const std::string number = name.substr(std::min(name.size(), std::string("nvidia").size()));
+      if (name.rfind("nvidia", 0) == 0 && !number.empty() &&
+          std::all_of(number.begin(), number.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        ++gpus;
+      }
     }
   }
   const auto visible = env.find("CUDA_VISIBLE_DEVICES");
-  if (visible != env.end()) {
-    if (visible->second.empty()) return 0;
-    return 1 + static_cast<int>(std::count(visible->second.begin(), visible->second.end(), ','));
-  }
-  int nodes = 0;
-  for (const auto& entry : fs::directory_iterator(root / "dev", ec)) {
-    const std::string name = entry.path().filename().string();
-    const std::string number = name.substr(std::min(name.size(), std::string("nvidia").size()));
-    if (name.rfind("nvidia", 0) == 0 && !number.empty() &&
-        std::all_of(number.begin(), number.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      ++nodes;
-    }
-  }
-  return nodes;
+  if (visible == env.end()) return gpus;
+  if (visible->second.empty()) return 0;
+  // Entries that cannot be checked against the GPUs: no more than there are.
+  const int entries =
+      1 + static_cast<int>(std::count(visible->second.begin(), visible->second.end(), ','));
+  return std::min(entries, gpus);
 }
 
 }  // namespace elasticrun::agent

@@ -50,10 +50,11 @@ CudaDevices cuda_devices(const std::filesystem::path& root,
 
 // How many GPUs a worker's torch.cuda.device_count() finds, for
 // --nproc-per-node gpu: cuda_devices()'s. Without the driver's directory
-// (or with a MIG instance in CUDA_VISIBLE_DEVICES, which only NVML could
-// map), the device nodes <root>/dev/nvidia<N> count, whatever their
-// numbers (a container may have only nvidia2 and nvidia3), or, when
-// CUDA_VISIBLE_DEVICES is set, its entries.
+// the device nodes <root>/dev/nvidia<N> count, whatever their numbers (a
+// container may have only nvidia2 and nvidia3). When CUDA_VISIBLE_DEVICES
+// cannot be applied to a list of GPUs (no driver's directory, or a MIG
+// instance, which only NVML could map), its entries count, up to the
+// number of GPUs.
 int cuda_device_count(const std::filesystem::path& root,
                       const std::map<std::string, std::string>& env);
 

@@ -133,6 +133,8 @@ TEST_CASE("--nproc-per-node gpu counts the driver's GPUs that CUDA_VISIBLE_DEVIC
   CHECK(cuda_device_count(sys.root(), {{"CUDA_VISIBLE_DEVICES", "1,7,2"}}) == 1);
   CHECK(cuda_device_count(sys.root(), {{"CUDA_VISIBLE_DEVICES", ""}}) == 0);
   CHECK(cuda_device_count(sys.root(), {{"CUDA_VISIBLE_DEVICES", "MIG-1,MIG-2"}}) == 2);
+  CHECK(cuda_device_count(sys.root(), {{"CUDA_VISIBLE_DEVICES", "MIG-1,MIG-2,MIG-3,MIG-4,MIG-5"}}) ==
+        4);
 }
 
 TEST_CASE("without the driver's list the device nodes count, whatever their numbers",
@@ -144,6 +146,9 @@ TEST_CASE("without the driver's list the device nodes count, whatever their numb
   }
   CHECK(cuda_device_count(sys.root(), {}) == 2);
   CHECK(cuda_device_count(sys.root(), {{"CUDA_VISIBLE_DEVICES", "0"}}) == 1);
+  CHECK(cuda_device_count(sys.root(), {{"CUDA_VISIBLE_DEVICES", "0,1,2"}}) == 2);
+  // No GPU at all: none, whatever CUDA_VISIBLE_DEVICES says.
   FakeSysfs empty;
   CHECK(cuda_device_count(empty.root(), {}) == 0);
+  CHECK(cuda_device_count(empty.root(), {{"CUDA_VISIBLE_DEVICES", "0"}}) == 0);
 }
