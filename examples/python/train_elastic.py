@@ -3,8 +3,9 @@
 DDP (gloo on CPU, NCCL on GPU) over a constant global batch that the SDK
 splits for whatever world size the job runs at; an elastic sampler whose
 position is in the checkpoint, so every sample of an epoch is used exactly
-once across resizes; sharded checkpoints that load at any world size; and a
-stop at the step every rank agreed on when elasticrun resizes the job.
+once across resizes; sharded checkpoints that load at any world size, the periodic ones
+written in the background (--sync-save: in the loop); and a stop at the
+step every rank agreed on when elasticrun resizes the job.
 
 When a rank dies, a surviving rank saves the state of the last step it
 completed (CheckpointManager.rescue: under DDP every rank holds all of it),
@@ -39,7 +40,8 @@ from here on carries rank, world size, generation, restart count and
 "attempt", rank 0's start time, shared by all ranks of one set of
 workers), "init" (checkpoint load begun, training about to begin), "step"
 (start and end of each optimizer step), "save" (each checkpoint: periodic,
-resize, final or rescue), "usr1" (the agent's scale-event signal arrived), "error"
+resize, final or rescue; for one written in the background, the time the
+loop spent on it: copying the state), "usr1" (the agent's scale-event signal arrived), "error"
 (the training loop raised, e.g. a peer died in a collective) and "exit".
 bench/churn/ accounts for a run's wall time from them. --sample-s stands
 in for compute that scales with the data: each rank pauses that long per
@@ -126,6 +128,9 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--save-every", type=int, default=25, help="periodic checkpoint interval")
+    p.add_argument("--sync-save", dest="async_save", action="store_false",
+                   help="write periodic checkpoints in the training loop instead of in the "
+                        "background (CheckpointManager.save_async)")
     p.add_argument("--no-rescue", dest="rescue", action="store_false",
                    help="after a failure, resume from the last periodic checkpoint instead of "
                         "the last step a surviving rank completed")
@@ -236,9 +241,13 @@ def train(args, events: EventLog) -> int:
         log = open(args.log / f"steps.rank{rank}.jsonl", "a", buffering=1)
 
     def save(at: int, why: str) -> None:
+        # Periodic saves go on in the background from a copy; the others
+        # (a resize, the last) are waited for, with any save in flight.
         t0 = time.time()
-        ckpt.save(at, model, opt, sched, extra={"sampler": sampler.state_dict()})
-        events("save", step=at, why=why, t0=t0, t1=time.time())
+        background = why == "periodic" and args.async_save
+        (ckpt.save_async if background else ckpt.save)(
+            at, model, opt, sched, extra={"sampler": sampler.state_dict()})
+        events("save", step=at, why=why, t0=t0, t1=time.time(), background=background)
 
     micro = plan.micro_batch(rank)
     # Whether model, optimizer, scheduler and sampler all hold the state after

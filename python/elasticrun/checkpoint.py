@@ -25,6 +25,17 @@ Everything that must survive a resize goes in one call:
 position, RNG seeds; it is stored once per checkpoint, as rank 0 gives it. Every rank must call save() and load()
 (they are collectives); the directory must be shared by all nodes.
 
+save_async() takes the training loop's part of a save down to a copy of the
+state: the writing, and the publication by rank 0, happen in a background
+thread over a process group of their own while training goes on. One save
+is in flight at a time; the next save of either kind, or wait(), waits for
+it and raises its error:
+
+    if step % 50 == 0:
+        ckpt.save_async(step, model, optimizer, scheduler, extra={...})
+    ...
+    ckpt.save(step, ...)    # the last one: waits for the one in flight first
+
 A rescue keeps the steps since the last checkpoint when a peer fails. When
 every rank holds the whole state (DDP), any rank that outlives the failure
 holds the state of the last step it completed; rescue() writes it, without
@@ -47,6 +58,7 @@ state (FSDP, tensor parallelism): no single rank holds all of it.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import datetime
 import json
@@ -150,6 +162,11 @@ class CheckpointManager:
         # Shared by the ranks of one set of workers (rank 0 draws it in
         # load()): the namespace of their rescue claims in the store.
         self._attempt: Optional[str] = None
+        # save_async(): its thread, its process group (made on first use by
+        # every rank, a collective) and the save in flight with its step.
+        self._writer: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._group = None
+        self._in_flight: Optional[concurrent.futures.Future] = None
 
     # --- what is on disk
 
@@ -183,13 +200,11 @@ class CheckpointManager:
              extra: Optional[dict[str, Any]] = None) -> Path:
         """Writes this rank's shard of step `step` and publishes the
         checkpoint once every rank has written. Returns its directory."""
-        import torch.distributed as dist
         import torch.distributed.checkpoint as dcp
 
-        name = f"step_{step:09d}"
-        final = self.root / name
-        partial = self.root / (name + ".partial")
-        rank = dist.get_rank() if dist.is_initialized() else 0
+        self.wait()
+        final, partial = self._paths(step)
+        rank = _group_rank()
         if rank == 0:
             self.root.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(partial, ignore_errors=True)  # a crash of an earlier save
@@ -197,19 +212,104 @@ class CheckpointManager:
         dcp.save(self._state(model, optimizer, scheduler, extra, step), checkpoint_id=partial)
         _barrier()
         if rank == 0:
-            _fsync_dir(partial)
-            if final.exists():  # the same step saved again (a restart that repeated it)
-                shutil.rmtree(final)
-            os.replace(partial, final)
-            _fsync_dir(self.root)
-            _write_atomically(self.root / LATEST, name + "\n")
-            for old in self.published()[:-self.keep]:
-                shutil.rmtree(old, ignore_errors=True)
+            self._publish(step)
+            # No save is in flight on any rank (each waited for its own
+            # before the first barrier): every other .partial is a crash's.
             for stale in self.root.glob("step_*.partial"):
                 shutil.rmtree(stale, ignore_errors=True)
-            self._drop_rescues(up_to=step)
         _barrier()
         return final
+
+    def save_async(self, step: int, model, optimizer=None, scheduler=None,
+                   extra: Optional[dict[str, Any]] = None) -> None:
+        """save(), with the writing in the background: returns once this
+        rank's state is copied (to CPU memory), and the copy is written and
+        published, rank 0 publishing once every rank has written, while the
+        caller trains on. Every rank calls it at the same step. It waits for
+        the save in flight first, and raises that save's error."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+        self.wait()
+        final, partial = self._paths(step)
+        rank = _group_rank()
+        if rank == 0:
+            self.root.mkdir(parents=True, exist_ok=True)
+        group = self._async_group()
+        # Every option off: a plain synchronous copy, so the optimizer's next
+        # step cannot change what is written.
+        stager = DefaultStager(StagingOptions(False, False, False, False))
+        try:
+            copy = stager.stage(self._state(model, optimizer, scheduler, extra, step))
+        finally:
+            stager.close()
+
+        def write() -> Path:
+            # A .partial of this step left by a crash is written over: DCP
+            # reads only the files its new .metadata names. Not removed
+            # first: another rank may be writing into it already.
+            dcp.save(copy, checkpoint_id=partial, process_group=group)
+            if rank == 0:
+                # Rank 0 coordinates DCP's save: its metadata goes last, once
+                # every rank reported its files written.
+                self._publish(step)
+            return final
+
+        if self._writer is None:
+            self._writer = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="elasticrun-checkpoint")
+        self._in_flight = self._writer.submit(write)
+
+    def wait(self) -> Optional[Path]:
+        """Waits for the save_async() in flight, if any: its directory once
+        published (rank 0's is published when this returns; another rank's
+        may still be a moment from it), or None when none was in flight.
+        Raises the save's error."""
+        future, self._in_flight = self._in_flight, None
+        return future.result() if future is not None else None
+
+    def _paths(self, step: int) -> tuple[Path, Path]:
+        name = f"step_{step:09d}"
+        return self.root / name, self.root / (name + ".partial")
+
+    def _publish(self, step: int) -> None:
+        """Rank 0, once every rank wrote step `step`: renames it into place,
+        points `latest` at it and removes what it supersedes."""
+        final, partial = self._paths(step)
+        _fsync_dir(partial)
+        if final.exists():  # the same step saved again (a restart that repeated it)
+            shutil.rmtree(final)
+        os.replace(partial, final)
+        _fsync_dir(self.root)
+        _write_atomically(self.root / LATEST, final.name + "\n")
+        for old in self.published()[:-self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        # Older partials only: a later step's may be in the making (another
+        # rank's next save_async) when this runs in the background.
+        for stale in self.root.glob("step_*.partial"):
+            m = _STEP_DIR.match(stale.name.removesuffix(".partial"))
+            if m and int(m.group(1)) < step:
+                shutil.rmtree(stale, ignore_errors=True)
+        self._drop_rescues(up_to=step)
+
+    def _async_group(self):
+        """The process group of save_async()'s collectives: a gloo group of
+        its own, so that they run beside the training's without sharing its
+        order (and on CPU under NCCL), with the default group's timeout."""
+        import torch
+        import torch.distributed as dist
+
+        if self._group is None and dist.is_initialized():
+            timeout = None
+            default = dist.distributed_c10d._get_default_group()
+            for device in getattr(default, "_device_types", []):
+                try:
+                    timeout = default._get_backend(device).options._timeout
+                    break
+                except Exception:  # a backend without options: PyTorch's default
+                    continue
+            self._group = dist.new_group(backend="gloo", timeout=timeout)
+        return self._group
 
     def load(self, model, optimizer=None, scheduler=None) -> Optional[dict[str, Any]]:
         """Loads the latest checkpoint into model/optimizer/scheduler, whatever
@@ -339,17 +439,20 @@ class CheckpointManager:
         _write_atomically(self.root / LATEST, final.name + "\n")
         for old in self.published()[:-self.keep]:
             shutil.rmtree(old, ignore_errors=True)
-        self._drop_rescues(up_to=step)
+        # No rescue is being written now (the workers of the last attempt
+        # are gone): any half-written one is a crash's.
+        self._drop_rescues(up_to=step, half_written=True)
         return final
 
-    def _drop_rescues(self, up_to: int) -> None:
-        """Removes the rescues a checkpoint of step `up_to` supersedes, and any
-        a crash left half-written."""
+    def _drop_rescues(self, up_to: int, half_written: bool = False) -> None:
+        """Removes the rescues, whole or half-written, that a checkpoint of
+        step `up_to` supersedes, and with `half_written` any half-written
+        one (a rescue of a later step may be in the making otherwise)."""
         if not self.root.is_dir():
             return
         for p in self.root.iterdir():
             m = _RESCUE_DIR.match(p.name.removesuffix(".partial"))
-            if m and (p.name.endswith(".partial") or int(m.group(1)) <= up_to):
+            if m and ((half_written and p.name.endswith(".partial")) or int(m.group(1)) <= up_to):
                 shutil.rmtree(p, ignore_errors=True)
 
     @staticmethod
@@ -372,6 +475,14 @@ def _rank() -> int:
     import torch.distributed as dist
 
     return dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
+
+
+def _group_rank() -> int:
+    """This process's rank in the default group; 0 without one (it is the
+    only process that saves)."""
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_initialized() else 0
 
 
 def _barrier() -> None:

@@ -268,3 +268,23 @@ def test_a_worker_seen_alive_after_its_last_record_is_still_stopping():
     assert phases["stop"] == pytest.approx(0.4)
     assert phases["rendezvous"] == pytest.approx(0.6)
     assert res["recoveries"][0]["total"] == pytest.approx(6.2)
+
+
+def test_several_runs_report_median_goodput_and_the_tables_of_each_launcher_s_median_run():
+    sys.path.insert(0, str(REPO / "bench"))
+    import churn_bench
+
+    def run(goodput, first):
+        return {"goodput": goodput, "goodput_from_first_step": first}
+
+    e = [run(0.93, 0.96), run(0.95, 0.95), run(0.91, 0.97)]
+    t = [run(0.60, 0.70), run(0.66, 0.64)]
+    assert churn_bench.median_run(e) is e[0]
+    assert churn_bench.median_run(t) is t[0]  # the lower middle of an even count
+    med = churn_bench.headline({"elasticrun": e[0], "torchrun": t[0]},
+                               {"elasticrun": e, "torchrun": t})
+    # Each figure's own median, not the median run's figures.
+    assert med["elasticrun"] == {"goodput": 0.93, "goodput_from_first_step": 0.96}
+    assert med["torchrun"] == pytest.approx({"goodput": 0.63, "goodput_from_first_step": 0.67})
+    # One run: its figures.
+    assert churn_bench.headline({"torchrun": t[1]}, None) == {"torchrun": t[1]}

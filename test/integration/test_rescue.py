@@ -6,7 +6,9 @@ whose collective broke saves the state of the last step it completed
 (CheckpointManager.rescue), and one whose rescue is under way is left to
 finish it. Then examples/python/train_elastic.py, one of whose workers is
 killed mid-run, resumes from that step instead of its last periodic
-checkpoint, and trains exactly as a run that never failed.
+checkpoint, and trains exactly as a run that never failed; without the
+rescue it resumes from its last periodic checkpoint, written in the
+background (CheckpointManager.save_async), and trains as exactly.
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ from launcher_fixtures import (
     wait_for,
 )
 from test_train_elastic_python import (
+    RUN_ID,
+    STEP_S,
     STEPS,
+    TRAIN,
     check_run,
     elastic_job,
     events_of,
@@ -34,6 +39,7 @@ from test_train_elastic_python import (
     fixed_run,
     global_order,
     steps_logged,
+    train_args,
     wait_world,
 )
 
@@ -72,18 +78,7 @@ def test_a_killed_worker_costs_no_step_and_the_job_trains_as_a_run_that_never_fa
     # No periodic checkpoint (train_args: every 1,000 steps): without the
     # rescue the job would start again from step 0.
     job = elastic_job(procs, marker, elasticrun, tmp_path, store, "--max-restarts", "3")
-    job.start_agent(1)
-    job.start_agent(2)
-    g = wait_world(job, log, 2)
-    wait_for(lambda: len(steps_logged(log)) >= 20 or None, "20 steps", timeout=GEN_TIMEOUT_S,
-             proc=job.agents[1])
-    # Rank 1's worker: a crash, with nothing written.
-    victim = next(e["pid"] for e in events_of(job.dir)
-                  if e["ev"] == "start" and e["gen"] == g and e["rank"] == 1)
-    killed_at = time.time()
-    os.kill(victim, signal.SIGKILL)
-    wait_world(job, log, 2, after_gen=g)
-    finish(job, marker, {1: 0, 2: 0})
+    g, killed_at = kill_a_worker_mid_run(job, marker, log, steps=20)
 
     events = events_of(job.dir)
     rescues = [e for e in events if e["ev"] == "save" and e["why"] == "rescue"]
@@ -91,18 +86,69 @@ def test_a_killed_worker_costs_no_step_and_the_job_trains_as_a_run_that_never_fa
     assert rescues[0]["t0"] >= killed_at
     resumed = [e for e in events if e["ev"] == "init" and e["gen"] > g]
     assert resumed and {e["from_step"] for e in resumed} == {rescues[0]["step"]}, resumed
-    # Each step's records: those of the last generation that ran it. The
-    # killed generation may have begun the step after the rescue's (its
+    # The killed generation may have begun the step after the rescue's (its
     # records go out before the step's gradients are all-reduced); that
     # step ran again, and nothing else did.
     logged = steps_logged(log)
-    last = {step: [e for e in ranks if e["gen"] == max(x["gen"] for x in ranks)]
-            for step, ranks in logged.items()}
     repeated = [step for step, ranks in logged.items() if len({e["gen"] for e in ranks}) > 1]
     assert repeated in ([], [rescues[0]["step"] + 1]), repeated
+    # The rescue kept the weights, the momentum and the schedule exactly.
+    trained_as(log, want)
+
+
+def kill_a_worker_mid_run(job: Job, marker: str, log, steps: int) -> tuple[int, float]:
+    """Runs the job on agents 1 and 2, SIGKILLs rank 1's worker once `steps`
+    steps are logged (a crash, with nothing written), and waits for the job
+    to train at 2 again and end. Returns the killed generation and when."""
+    job.start_agent(1)
+    job.start_agent(2)
+    g = wait_world(job, log, 2)
+    wait_for(lambda: len(steps_logged(log)) >= steps or None, f"{steps} steps",
+             timeout=GEN_TIMEOUT_S, proc=job.agents[1])
+    victim = next(e["pid"] for e in events_of(job.dir)
+                  if e["ev"] == "start" and e["gen"] == g and e["rank"] == 1)
+    killed_at = time.time()
+    os.kill(victim, signal.SIGKILL)
+    wait_world(job, log, 2, after_gen=g)
+    finish(job, marker, {1: 0, 2: 0})
+    return g, killed_at
+
+
+def trained_as(log, want) -> None:
+    """The last run of each step (steps after a restore ran again) trained
+    exactly as the fixed run: the same world size throughout, so the very
+    same samples and losses, bit for bit."""
+    logged = steps_logged(log)
+    last = {step: [e for e in ranks if e["gen"] == max(x["gen"] for x in ranks)]
+            for step, ranks in logged.items()}
     check_run(last)
-    # The same world size throughout, so the very same losses, bit for bit:
-    # the rescue kept the weights, the momentum and the schedule exactly.
     for step in range(1, STEPS + 1):
         assert global_order(last[step]) == global_order(want[step]), step
         assert last[step][0]["loss"] == want[step][0]["loss"], step
+
+
+def test_without_a_rescue_a_killed_worker_resumes_from_a_background_checkpoint_of_its_exact_step(
+        procs, marker, elasticrun, torchrun, tmp_path, store, shared_runs):  # noqa: F811
+    want = fixed_run(shared_runs, torchrun)
+    log = tmp_path / "log"
+    # A periodic checkpoint every 4 steps, written while the next steps train.
+    job = Job(procs, marker, elasticrun, tmp_path, "2:4", f"127.0.0.1:{store}", run_id=RUN_ID,
+              worker=TRAIN, extra=["--max-restarts", "3"],
+              worker_args=train_args(tmp_path / "ckpt", log, "--step-s", STEP_S,
+                                     "--events", tmp_path / "events", "--save-every", "4",
+                                     "--no-rescue"))
+    g, _ = kill_a_worker_mid_run(job, marker, log, steps=22)
+
+    events = events_of(job.dir)
+    saves = [e for e in events if e["ev"] == "save" and e["gen"] == g]
+    assert saves and all(e["why"] == "periodic" and e["background"] for e in saves), saves
+    assert not [e for e in events if e["ev"] == "save" and e["why"] == "rescue"]
+    # The newest checkpoint published: the last one begun before the kill,
+    # or the one before it when the kill cut that one's writing short.
+    begun = max(e["step"] for e in saves)
+    resumed = {e["from_step"] for e in events if e["ev"] == "init" and e["gen"] > g}
+    assert resumed in ({begun}, {begun - 4}), (resumed, begun)
+    assert min(resumed) >= 16
+    # Every checkpoint held the state of its own step, not of the steps
+    # trained while it was written.
+    trained_as(log, want)

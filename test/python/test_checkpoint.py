@@ -36,8 +36,8 @@ WORKER = textwrap.dedent(
         die = lambda: os.kill(os.getpid(), signal.SIGKILL)
         real_save, real_publish, real_replace = (torch.distributed.checkpoint.save,
                                                  checkpoint_module._write_atomically, os.replace)
-        def save(state, checkpoint_id):
-            out = real_save(state, checkpoint_id=checkpoint_id)
+        def save(state, checkpoint_id, **kw):
+            out = real_save(state, checkpoint_id=checkpoint_id, **kw)
             if point == "shard_written" and state["step"] == int(crash_step):
                 die()
             return out
@@ -54,8 +54,11 @@ WORKER = textwrap.dedent(
         checkpoint_module._write_atomically = publish
         os.replace = replace
 
+    # argv: root, "save" or "load", the steps to save at ("3a": with
+    # save_async); TRAIN_ON=n: n more steps after the last save, before
+    # waiting for the one in flight.
     root, mode = sys.argv[1], sys.argv[2]
-    steps = [int(s) for s in sys.argv[3].split(",")]
+    saves = sys.argv[3].split(",") if mode == "save" else []
     dist.init_process_group("gloo")
     inject_faults(dist.get_rank())
     torch.manual_seed(0)
@@ -64,14 +67,22 @@ WORKER = textwrap.dedent(
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     ckpt = CheckpointManager(root, keep=2)
     done = 0
-    for step in steps if mode == "save" else []:
+    def train_step():
+        global done
+        opt.zero_grad()
+        model(torch.ones(2, 4)).sum().backward()
+        opt.step()
+        sched.step()
+        done += 1
+    for item in saves:
+        step = int(item.removesuffix("a"))
         while done < step:
-            opt.zero_grad()
-            model(torch.ones(2, 4)).sum().backward()
-            opt.step()
-            sched.step()
-            done += 1
-        ckpt.save(step, model, opt, sched, extra={"position": 1000 + step})
+            train_step()
+        save = ckpt.save_async if item.endswith("a") else ckpt.save
+        save(step, model, opt, sched, extra={"position": 1000 + step})
+    for _ in range(int(os.environ.get("TRAIN_ON", "0"))):
+        train_step()
+    ckpt.wait()
     state = ckpt.load(model, opt, sched) if mode == "load" else None
     weights = model.module.weight.detach().flatten().tolist()
     out = {"rank": dist.get_rank(), "world": dist.get_world_size(), "weights": weights,
@@ -104,10 +115,10 @@ def start_world(tmp_path: Path, world: int, *args, worker: str = WORKER, **extra
     return procs
 
 
-def run_world(tmp_path: Path, world: int, *args: str) -> list[dict]:
+def run_world(tmp_path: Path, world: int, *args: str, **extra_env: str) -> list[dict]:
     import json
 
-    procs = start_world(tmp_path, world, *args)
+    procs = start_world(tmp_path, world, *args, **extra_env)
     outs = []
     for p in procs:
         out, err = p.communicate(timeout=240)
@@ -140,6 +151,39 @@ def test_only_the_newest_checkpoints_are_kept_and_a_partial_save_is_never_loaded
     assert all(out["state"]["step"] == 3 for out in loaded)
 
 
+def test_an_async_save_writes_the_state_of_its_step_while_training_goes_on(
+        tmp_path, after_two_steps):
+    root = tmp_path / "ckpt"
+    # Three more steps change every weight and optimizer moment while the
+    # save of step 2 is written from its copy.
+    saved = run_world(tmp_path, 2, str(root), "save", "1a,2a", TRAIN_ON="3")
+    assert saved[0]["opt_steps"] == [5, 5]
+    assert (root / "latest").read_text().strip() == "step_000000002"
+    loaded = run_world(tmp_path, 3, str(root), "load", "0")
+    for out in loaded:
+        assert out["state"] == {"position": 1002, "step": 2}
+        assert out["weights"] == after_two_steps[0]["weights"]
+        assert out["lr"] == after_two_steps[0]["lr"]
+        assert out["opt_steps"] == [2, 2]
+
+
+def test_async_and_blocking_saves_take_turns_and_a_crashed_save_of_the_same_step_is_written_over(
+        tmp_path):
+    root = tmp_path / "ckpt"
+    run_world(tmp_path, 2, str(root), "save", "1")
+    # What a save of step 2 killed half-way left: a torn shard, no metadata.
+    (root / "step_000000002.partial").mkdir()
+    (root / "step_000000002.partial" / "__1_0.distcp").write_bytes(b"torn")
+    (root / "step_000000002.partial" / "__7_0.distcp").write_bytes(b"from a larger world")
+    saved = run_world(tmp_path, 2, str(root), "save", "2a,3a,4")
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "step_000000003",
+                                                      "step_000000004"]
+    loaded = run_world(tmp_path, 2, str(root), "load", "0")
+    for out in loaded:
+        assert out["state"] == {"position": 1004, "step": 4}
+        assert out["weights"] == saved[0]["weights"]
+
+
 @pytest.fixture(scope="module")
 def after_two_steps(tmp_path_factory) -> list[dict]:
     """What two ranks hold after two steps, saved without a fault."""
@@ -147,13 +191,16 @@ def after_two_steps(tmp_path_factory) -> list[dict]:
     return run_world(d, 2, str(d / "ckpt"), "save", "1,2")
 
 
-@pytest.mark.parametrize("crash", ["shard_written:1", "before_latest:0", "latest_half_written:0"])
+@pytest.mark.parametrize("crash,saves", [
+    ("shard_written:1", "1,2,3"), ("before_latest:0", "1,2,3"), ("latest_half_written:0", "1,2,3"),
+    # Rank 0 publishes an async save from its background thread.
+    ("before_latest:0", "1,2a,3a"), ("latest_half_written:0", "1a,2a,3a")])
 def test_a_rank_killed_mid_save_leaves_the_previous_checkpoint_loadable_at_another_size(
-        tmp_path, crash, after_two_steps):
+        tmp_path, crash, saves, after_two_steps):
     import signal
 
     root = tmp_path / "ckpt"
-    procs = start_world(tmp_path, 2, str(root), "save", "1,2,3", CRASH=f"{crash}:3")
+    procs = start_world(tmp_path, 2, str(root), "save", saves, CRASH=f"{crash}:3")
     crashed = int(crash.split(":")[1])
     assert procs[crashed].wait(timeout=240) == -signal.SIGKILL
     # Its peer waits for it in a collective, or has finished: it goes too.
