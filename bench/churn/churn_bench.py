@@ -596,9 +596,10 @@ METHOD = [
     "job meets more events and starts more worker sets), and the figure compares what the "
     "launchers themselves do; with it, elasticrun's starts are mostly done ahead, so the figure "
     "mostly shows torchrun's other losses. It is derived, not measured.",
-    "The worker leaves with `os._exit(0)` after its resize checkpoint: a Python process that "
-    "imported torch takes about 4-5 s to tear down here, time the next round would wait for. "
-    "torchrun's workers are stopped with SIGTERM and pay no teardown.",
+    "The worker leaves with `os._exit` after its resize checkpoint, after an error and at the "
+    "end of the job, under both launchers: a Python process that imported torch takes about 3-5 s "
+    "to tear down here, time the next round, or the end of the job, would wait for. torchrun's "
+    "workers stopped with SIGTERM pay no teardown either.",
     "Workers run with `--pg-timeout 60` (process group start and collectives), for both "
     "launchers. With PyTorch's default of 30 minutes a torchrun job hangs that long when a node "
     "leaves while the next round's workers start: its agents watch only their own workers, which "

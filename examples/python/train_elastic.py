@@ -152,13 +152,19 @@ def main() -> int:
         events("error", t=time.time(), what=f"{type(e).__name__}: {e}"[:300])
         if not isinstance(e, Exception):
             raise
-        # Report it as the interpreter would, then leave without its
-        # teardown, seconds after `import torch` that the restart would wait
-        # for (the resize path below leaves the same way).
+        # Report it as the interpreter would, then leave as on success.
         sys.excepthook(type(e), e, e.__traceback__)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
+        leave(1)
+
+
+def leave(code: int) -> None:
+    """Exits without the interpreter's teardown: after `import torch` it takes
+    seconds (3-5 s on a loaded 2-core machine), time that the next round, or
+    the end of the job, waits for. Nothing is lost: checkpoints are published
+    and fsynced before this, and every file here is line-buffered."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def set_base_lr(opt: torch.optim.Optimizer, sched, base: float) -> None:
@@ -306,13 +312,7 @@ def train(args, events: EventLog) -> int:
                 if rank == 0:
                     print(f"[train] stopped at step {step} for a resize; checkpoint saved", flush=True)
                 events("exit", t=time.time(), how="resize")
-                # Leave without the interpreter's teardown: after `import torch`
-                # it takes seconds (5 s on a loaded 2-core machine), all of it
-                # time the next round waits for. Nothing is lost: the checkpoint
-                # is published and fsynced, and every file here is line-buffered.
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(0)
+                leave(0)  # the next round waits for this process to be gone
             if step % args.save_every == 0:
                 save(step, "periodic")
             if args.step_s:
@@ -336,4 +336,4 @@ def train(args, events: EventLog) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())
