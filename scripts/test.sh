@@ -34,5 +34,6 @@ cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs"
 # Two at a time: the integration suite spends most of its time waiting on
 # workers (paced steps, rendezvous windows), which leaves a CPU for the
-# Python SDK's tests beside it.
+# Python SDK's tests beside it, then for the suite's long training jobs
+# (test/CMakeLists.txt, `integration_jobs`).
 ctest --preset asan -j 2

@@ -293,14 +293,16 @@ def train(args, events: EventLog) -> int:
                                           "global_batch": samples, "loss": loss_value,
                                           "lr": lr, "micro": micro, "indices": indices}) + "\n")
                 loss.backward()
+            if args.sample_s:
+                # Compute that scales with the data, before the update: a
+                # process that dies here has not completed this step.
+                time.sleep(args.sample_s * len(indices))
             consistent = False  # the update: a failure here leaves no whole step
             opt.step()
             sched.step()
             sampler.advance()
             step += 1
             consistent = True
-            if args.sample_s:
-                time.sleep(args.sample_s * len(indices))
             events("step", step=step, t0=t_step, t1=time.time())
             elasticrun.step(step, loss=loss_value)
             if elasticrun.elastic_event_detected():

@@ -163,7 +163,7 @@ class CheckpointManager:
         # load()): the namespace of their rescue claims in the store.
         self._attempt: Optional[str] = None
         # save_async(): its thread, its process group (made on first use by
-        # every rank, a collective) and the save in flight with its step.
+        # every rank, a collective) and the save in flight.
         self._writer: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._group = None
         self._in_flight: Optional[concurrent.futures.Future] = None
@@ -296,7 +296,6 @@ class CheckpointManager:
         """The process group of save_async()'s collectives: a gloo group of
         its own, so that they run beside the training's without sharing its
         order (and on CPU under NCCL), with the default group's timeout."""
-        import torch
         import torch.distributed as dist
 
         if self._group is None and dist.is_initialized():
