@@ -11,7 +11,9 @@ hand-made log.
   (by end time): an execution that a later one repeats was lost to a
   rollback. Only rank 0's steps and saves are counted (ranks step and
   save in lock-step), but for a rescue save, made by any survivor of a
-  failure (see attempts_of()).
+  failure, and for a step rank 0 did not record because it was killed
+  after the step's last collective, which the others completed: the
+  lowest rank's record counts then (see attempts_of()).
 - goodput = time in surviving steps / wall time.
 - Every instant of the wall time goes to exactly one category, the first
   of CATEGORIES that covers it.
@@ -90,7 +92,7 @@ class Attempt:
         self.id = attempt
         self.starts: list[dict] = []
         self.inits: list[dict] = []
-        self.steps: list[dict] = []   # rank 0's
+        self.steps: list[dict] = []   # one per step: rank 0's, else the lowest rank's
         self.saves: list[dict] = []   # rank 0's, and any rank's rescues
         self.usr1: list[float] = []
         self.errors: list[float] = []
@@ -117,6 +119,7 @@ def attempts_of(records: list[dict], alive: dict[int, float] | None = None) -> l
     """Groups the records; alive (pid -> when last seen running, from
     outside) extends a process's life past its last record."""
     by_id: dict[float, Attempt] = {}
+    steps: dict[float, dict[int, dict]] = defaultdict(dict)  # attempt -> step -> record
     for r in records:
         a = by_id.setdefault(r["attempt"], Attempt(r["attempt"]))
         t = r.get("t1", r.get("t", r.get("t_pg")))  # start records end at t_pg
@@ -126,8 +129,13 @@ def attempts_of(records: list[dict], alive: dict[int, float] | None = None) -> l
             a.starts.append(r)
         elif ev == "init":
             a.inits.append(r)
-        elif ev == "step" and r["rank"] == 0:
-            a.steps.append(r)
+        elif ev == "step":
+            # Ranks step in lock-step, so one record a step: rank 0's, or,
+            # when rank 0 died between the step's last collective and its
+            # record, that of the lowest rank that completed the step.
+            seen = steps[a.id].get(r["step"])
+            if seen is None or r["rank"] < seen["rank"]:
+                steps[a.id][r["step"]] = r
         elif ev == "save" and (r["rank"] == 0 or r["why"] == "rescue"):
             # All ranks save together, but a rescue (a worker whose peer
             # died saves the replicated state it holds) is made by whoever
@@ -138,6 +146,7 @@ def attempts_of(records: list[dict], alive: dict[int, float] | None = None) -> l
         elif ev == "error":
             a.errors.append(r["t"])
     for a in by_id.values():
+        a.steps = sorted(steps[a.id].values(), key=lambda r: r["t1"])
         for pid in a.last_seen:
             a.last_seen[pid] = max(a.last_seen[pid], (alive or {}).get(pid, 0.0))
     return sorted((a for a in by_id.values() if a.starts), key=lambda a: a.start)

@@ -322,14 +322,23 @@ class Run:
         # What the accounting needs besides the records, so that it can be redone.
         (self.dir / "run.json").write_text(json.dumps(
             {"played": self.played, "alive": self.workers, "t_launch": self.t_launch,
-             "t_end": t_end, "samples": self.trace.samples, "notes": self.notes}))
-        res = acc.account(acc.load_records(self.events_dir), self.played, self.t_launch, t_end,
-                          self.trace.samples, alive=self.workers)
-        res.update(launcher=self.launcher, played=self.played, notes=self.notes,
-                   steps_expected=self.steps, agents_exit={n: p.returncode for n, p in self.nodes.items()})
-        if res["steps"] != self.steps:
-            res["notes"].append(f"surviving steps {res['steps']}, expected {self.steps}")
-        return res
+             "t_end": t_end, "samples": self.trace.samples, "notes": self.notes,
+             "launcher": self.launcher, "agents_exit": {n: p.returncode for n, p in self.nodes.items()}}))
+        return account_run(self.dir)
+
+
+def account_run(run_dir: Path, launcher: str | None = None, agents_exit: dict | None = None) -> dict:
+    """A run's figures from its directory: the workers' records and run.json
+    (launcher and agents_exit for a run.json from before they were in it)."""
+    run = json.loads((run_dir / "run.json").read_text())
+    res = acc.account(acc.load_records(run_dir / "events"), run["played"], run["t_launch"],
+                      run["t_end"], run["samples"], alive={int(k): v for k, v in run["alive"].items()})
+    steps = math.ceil(run["samples"] / GLOBAL_BATCH)
+    res.update(launcher=run.get("launcher", launcher), played=run["played"], notes=run["notes"],
+               steps_expected=steps, agents_exit=run.get("agents_exit", agents_exit))
+    if res["steps"] != steps:
+        res["notes"].append(f"surviving steps {res['steps']}, expected {steps}")
+    return res
 
 
 def fmt_s(v) -> str:
@@ -420,6 +429,21 @@ def other_runs(others: list[dict]) -> list[str]:
                    f"{t['wall_s']:.0f} s; worker start {e['breakdown'][acc.START]:.0f} s and "
                    f"{t['breakdown'][acc.START]:.0f} s. {o.get('remark', '')}".rstrip())
     return out
+
+
+def reaccount(saved: dict, base: Path) -> None:
+    """The figures of a saved run (churn.json) from its run directories again."""
+    runs = saved.get("runs") or {name: [res] for name, res in saved["results"].items()}
+    for name, done in runs.items():
+        for i, old in enumerate(done):
+            d = base / (f"{name}-{i + 1}" if len(done) > 1 else name)
+            done[i] = account_run(d, old["launcher"], old["agents_exit"])
+    saved["results"] = {name: median_run(done) for name, done in runs.items()}
+    if saved.get("runs"):
+        saved["runs"] = runs
+    if saved.get("fixed"):
+        saved["fixed"] = account_run(base / "fixed", "elasticrun", saved["fixed"]["agents_exit"])
+    saved["info"]["source"] += f", accounted again by {git_source()}"
 
 
 def median_run(done: list[dict]) -> dict:
@@ -682,9 +706,15 @@ def main() -> int:
     ap.add_argument("--render", type=Path, nargs="+", metavar="JSON",
                     help="run nothing: write the report from the JSON file of an earlier run "
                          "(further files: other runs, listed in brief)")
+    ap.add_argument("--reaccount", action="store_true",
+                    help="with --render: account the first run's records again with this "
+                         "accounting (its run directories beside the JSON), and update the JSON")
     args = ap.parse_args()
     if args.render:
         saved, *others = [json.loads(f.read_text()) for f in args.render]
+        if args.reaccount:
+            reaccount(saved, args.render[0].parent)
+            args.render[0].write_text(json.dumps(saved, indent=1, default=str))
         # Runs from before save_async wrote their periodic checkpoints in the loop.
         args.sync_save = True
         for key, value in saved["settings"].items():

@@ -235,6 +235,17 @@ def test_a_survivor_s_rescue_save_is_its_own_category_and_the_steps_it_kept_are_
     assert (r["world_before"], r["world_after"]) == (3, 3)
 
 
+def test_a_step_that_rank_0_died_in_after_its_last_collective_counts_from_another_rank():
+    # Rank 0 completed step 4's all-reduce with the others, then died before
+    # its record; the survivors recorded step 4 and rescued it.
+    log = [r for r in rescue_log((1,), error_first=False)
+           if not (r["ev"] == "step" and r["rank"] == 0 and r["attempt"] == A and r["step"] == 4)]
+    played = [{"t": 109.8, "action": "kill-worker", "what": "node 1's worker killed (SIGKILL)"}]
+    res = acc.account(log, played, t_launch=100.0, t_end=118.0, samples=288)
+    assert res["steps"] == 6 and res["steps_run"] == 6 and res["steps_lost"] == 0
+    assert res["breakdown"][acc.KEPT] == pytest.approx(6.0)
+
+
 def test_workers_cut_short_by_a_second_event_fall_inside_one_shared_recovery():
     # A trains; a join at 104.2 starts C (world 3), which a leave at 106.5
     # breaks before its first step; D trains at world 2 from step 1.

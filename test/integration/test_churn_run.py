@@ -16,15 +16,16 @@ import pytest
 from conftest import REPO, elasticctl  # noqa: F401 (fixture)
 from launcher_fixtures import elasticrun, torchrun  # noqa: F401 (fixture)
 
-# A join and a crashed worker in about 30 s of training at 2-3 nodes.
+# A join, then a crashed worker once torchrun has long restarted for the
+# join (a cold restart takes 15-25 s here), in about a minute of training.
 TRACE = """\
 nnodes 2:3
 nodes 2
-samples 7200
-6   join
-18  kill-worker
+samples 26400
+5   join
+45  kill-worker
 """
-STEPS = 7200 // 48
+STEPS = 26400 // 48
 
 
 def test_a_short_trace_under_both_launchers_is_accounted_in_full(
