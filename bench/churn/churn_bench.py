@@ -710,6 +710,8 @@ def main() -> int:
                     help="with --render: account the first run's records again with this "
                          "accounting (its run directories beside the JSON), and update the JSON")
     args = ap.parse_args()
+    if args.runs < 1:
+        ap.error("--runs must be at least 1")
     if args.render:
         saved, *others = [json.loads(f.read_text()) for f in args.render]
         if args.reaccount:
@@ -732,8 +734,6 @@ def main() -> int:
     stamp = datetime.datetime.now(datetime.timezone.utc)
     base = args.out.resolve() / f"{args.trace.stem}-{stamp:%Y%m%d-%H%M%S}"
     load_start = " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    if args.runs < 1:
-        ap.error("--runs must be at least 1")
     runs: dict[str, list[dict]] = {name: [] for name in args.launchers.split(",")}
     for i in range(args.runs):
         # Taking turns: a drift of the machine's load falls on both launchers.

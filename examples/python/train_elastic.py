@@ -3,9 +3,9 @@
 DDP (gloo on CPU, NCCL on GPU) over a constant global batch that the SDK
 splits for whatever world size the job runs at; an elastic sampler whose
 position is in the checkpoint, so every sample of an epoch is used exactly
-once across resizes; sharded checkpoints that load at any world size, the periodic ones
-written in the background (--sync-save: in the loop); and a stop at the
-step every rank agreed on when elasticrun resizes the job.
+once across resizes; sharded checkpoints that load at any world size, the
+periodic ones written in the background (--sync-save: in the loop); and a
+stop at the step every rank agreed on when elasticrun resizes the job.
 
 When a rank dies, a surviving rank saves the state of the last step it
 completed (CheckpointManager.rescue: under DDP every rank holds all of it),
@@ -41,8 +41,9 @@ from here on carries rank, world size, generation, restart count and
 workers), "init" (checkpoint load begun, training about to begin), "step"
 (start and end of each optimizer step), "save" (each checkpoint: periodic,
 resize, final or rescue; for one written in the background, the time the
-loop spent on it: copying the state), "usr1" (the agent's scale-event signal arrived), "error"
-(the training loop raised, e.g. a peer died in a collective) and "exit".
+loop spent on it: copying the state), "usr1" (the agent's scale-event
+signal arrived), "error" (the training loop raised, e.g. a peer died in a
+collective) and "exit".
 bench/churn/ accounts for a run's wall time from them. --sample-s stands
 in for compute that scales with the data: each rank pauses that long per
 local sample inside every step, so a larger world makes steps shorter
