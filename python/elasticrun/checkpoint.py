@@ -323,7 +323,7 @@ class CheckpointManager:
         # loads the same checkpoint even where a shared file system shows
         # them the directory at different moments.
         choice: list[Any] = [None, None]
-        if not dist.is_initialized() or dist.get_rank() == 0:
+        if _group_rank() == 0:
             chosen = self._adopt_rescue()
             choice = [chosen.name if chosen is not None else None, uuid.uuid4().hex]
         if dist.is_initialized():
