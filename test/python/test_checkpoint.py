@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+import warm_ranks
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -110,8 +110,7 @@ def start_world(tmp_path: Path, world: int, *args, worker: str = WORKER, **extra
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port), PYTHONPATH=str(REPO / "python"), OMP_NUM_THREADS="1",
                    **extra_env)
-        procs.append(subprocess.Popen([sys.executable, str(script), *map(str, args)], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(warm_ranks.start(script, args, env))
     return procs
 
 

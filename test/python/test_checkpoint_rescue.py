@@ -9,12 +9,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
+import warm_ranks
 from test_checkpoint import free_port
 from test_checkpoint import start_world as checkpoint_world
 
@@ -220,8 +220,7 @@ def run_single(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     script.write_text(SINGLE)
     env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(free_port()), PYTHONPATH=str(REPO / "python"), OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True,
-                          text=True, timeout=240)
+    return warm_ranks.run(script, args, env, timeout=240)
 
 
 def test_sharded_state_is_not_rescued(tmp_path):

@@ -19,14 +19,13 @@ file; the comparison is here, on the raw bytes.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
+import warm_ranks
 from test_checkpoint import REPO, free_port
 
 SAVED_AT = 4
@@ -153,11 +152,9 @@ def worlds(tmp_path_factory) -> Path:
     logs = [out / f"rank{rank}.log" for rank in range(POOL)]
     procs = []
     for rank, log in enumerate(logs):
-        with log.open("w") as f:
-            procs.append(subprocess.Popen(
-                [sys.executable, str(script), str(out), str(SAVED_AT),
-                 ",".join(map(str, RESHARDED_AT)), str(rank), port],
-                env=env, stdout=f, stderr=subprocess.STDOUT))
+        procs.append(warm_ranks.start(
+            script, [out, SAVED_AT, ",".join(map(str, RESHARDED_AT)), rank, port], env,
+            merge_into=log))
     # A rank that fails leaves its peers waiting in a collective: stop them
     # at once and report the rank that failed, not their timeouts.
     deadline = time.monotonic() + TIMEOUT_S
