@@ -32,8 +32,8 @@ export CPP_CKPT_TOOL=$PWD/build/torch-examples/ckpt_tool
 
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs"
-# Two at a time: the integration suite spends most of its time waiting on
-# workers (paced steps, rendezvous windows), which leaves a CPU for the
-# Python SDK's tests beside it, then for the suite's long training jobs
-# (test/CMakeLists.txt, `integration_jobs`).
+# Two at a time: the integration suite is two halves (test/CMakeLists.txt:
+# `integration` and `integration_jobs`, its training jobs), each of which
+# spends much of its time waiting on workers (paced steps, rendezvous
+# windows) and leaves room for the other.
 ctest --preset asan -j 2
