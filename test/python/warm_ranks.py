@@ -75,7 +75,7 @@ class RankProcess:
     """The part of subprocess.Popen (text mode, output captured) the tests use."""
 
     def __init__(self, script: Path, args, env: dict[str, str], out: Path, err: Path):
-        self._out, self._err = out, err
+        self._script, self._out, self._err = script, out, err
         self._process = _forkserver().Process(
             target=_run_script, args=(str(script), [str(a) for a in args], dict(env),
                                       str(self._out), str(self._err)))
@@ -92,16 +92,12 @@ class RankProcess:
     def wait(self, timeout: float | None = None) -> int:
         self._process.join(timeout)
         if self._process.exitcode is None:
-            raise subprocess.TimeoutExpired(str(self._out), timeout)
+            raise subprocess.TimeoutExpired(str(self._script), timeout)
         return self._process.exitcode
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
         self.wait(timeout)
         return self._read(self._out), self._read(self._err)
-
-    def send_signal(self, sig: int) -> None:
-        if self._process.exitcode is None:
-            os.kill(self.pid, sig)
 
     def kill(self) -> None:
         self._process.kill()
