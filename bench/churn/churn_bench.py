@@ -485,13 +485,20 @@ def section_name(trace_path) -> str:
     return "churn" if stem == "steady" else f"churn-{stem}"
 
 
+def write_report(args, body: str) -> None:
+    section = section_name(args.trace)
+    write_section(args.report, section, body)
+    say(f"report: {args.report} (section '{section}')")
+
+
 def render(args, trace, results, fixed, info, others: list[dict] | None = None,
            runs: dict | None = None) -> str:
     e, t = results.get("elasticrun"), results.get("torchrun")
     n_runs = max((len(v) for v in (runs or {}).values()), default=1)
     med = headline(results, runs)
+    beside_headline = section_name(args.trace) != "churn"
     title = "# Goodput under churn: a training job through membership changes, `elasticrun` vs `torchrun`"
-    if section_name(args.trace) != "churn":
+    if beside_headline:
         title += f" ({Path(args.trace).stem} trace)"
     L = [title, ""]
     how_many = ("one run per launcher" if n_runs == 1 else
@@ -523,7 +530,7 @@ def render(args, trace, results, fixed, info, others: list[dict] | None = None,
         ok1b = me["goodput_from_first_step"] >= 0.95
         r = me["goodput"] / mt["goodput"] if mt["goodput"] else float("inf")
         of = " (medians)" if n_runs > 1 else ""
-        if section_name(args.trace) != "churn":
+        if beside_headline:
             L.append(f"The targets are set for one membership change per minute (the steady trace, "
                      f"section 'Goodput under churn'); this trace has "
                      f"{trace.changes_per_minute():.1f}, and is reported beside them.")
@@ -738,10 +745,8 @@ def main() -> int:
             setattr(args, key, value)
         args.trace = Path(saved["trace"])
         trace = churn_trace.parse(args.trace.read_text(), args.trace.name)
-        write_section(args.report, section_name(args.trace),
-                      render(args, trace, saved["results"], saved["fixed"], saved["info"], others,
-                             runs=saved.get("runs")))
-        say(f"report: {args.report} (section '{section_name(args.trace)}')")
+        write_report(args, render(args, trace, saved["results"], saved["fixed"], saved["info"],
+                                  others, runs=saved.get("runs")))
         return 0
     if args.quick:
         args.trace, args.no_fixed, args.no_report = HERE / "traces/quick.trace", True, True
@@ -784,9 +789,7 @@ def main() -> int:
                                    indent=1, default=str))
     say(f"JSON: {out_json}")
     if not args.no_report:
-        write_section(args.report, section_name(args.trace),
-                      render(args, trace, results, fixed, info, runs=runs))
-        say(f"report: {args.report} (section '{section_name(args.trace)}')")
+        write_report(args, render(args, trace, results, fixed, info, runs=runs))
     return 0
 
 
