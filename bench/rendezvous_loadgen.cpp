@@ -330,9 +330,8 @@ void run_once(const Options& opt, int run) {
       co.key_prefix = rdzv::keys::prefix(run_id);
       co.timeout = std::chrono::seconds(opt.join_timeout_s);
       auto client = elasticrun::StoreClient::connect(host, static_cast<uint16_t>(port), co);
-      const std::string rec = client.get("r/1/rec/1");
       rdzv::RendezvousConfig c = base;
-      c.node_id = rec.substr(0, rec.find('\n'));
+      c.node_id = rdzv::JoinRecord::parse(client.get(rdzv::keys::join(1, 1))).node_id;
       rdzv::Heartbeat hb(c);
       while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     } catch (const std::exception& e) {

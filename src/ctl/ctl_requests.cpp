@@ -5,15 +5,14 @@
 #include <optional>
 #include <thread>
 
-#include "ctl/job_keys.hpp"
 #include "elastic/policy.hpp"
-#include "rendezvous/rendezvous.hpp"
-#include "util/strings.hpp"
+#include "rendezvous/records.hpp"
 #include "util/strings.hpp"
 
 namespace elasticrun::ctl {
 namespace {
 
+namespace keys = rendezvous::keys;
 using Millis = std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
@@ -44,15 +43,12 @@ std::optional<std::string> get_if_present(StoreClient& job, const std::string& k
 }
 
 std::string finished_text(const std::string& value) {
-  // "ok <why>" / "fail <why>"
-  const bool failed = value.rfind("fail", 0) == 0;
-  const size_t sp = value.find(' ');
-  return std::string(failed ? "failed" : "finished") +
-         (sp == std::string::npos ? "" : ": " + value.substr(sp + 1));
+  const auto f = rendezvous::JobFinished::parse(value);
+  return std::string(f.failed ? "failed" : "finished") + (f.reason.empty() ? "" : ": " + f.reason);
 }
 
 uint64_t open_round(StoreClient& job) {
-  const auto n = to_int(job.get(job_keys::kRound));
+  const auto n = to_int(job.get(keys::kRound));
   if (!n || *n < 1) throw StoreError("malformed 'round' key in the job's store");
   return static_cast<uint64_t>(*n);
 }
@@ -66,21 +62,21 @@ std::string describe(const Request& r) {
 
 Ticket submit(StoreClient& job, const Request& r) {
   if (r.nodes < 1) throw ConfigError("--nodes must be at least 1, not " + std::to_string(r.nodes));
-  if (auto done = get_if_present(job, job_keys::kJobFinished)) {
+  if (auto done = get_if_present(job, keys::kJobFinished)) {
     throw Error("the job has " + finished_text(*done) + "; nothing to " +
                 (r.kind == Request::Kind::kScale ? "scale" : "release"));
   }
   Ticket t;
   const uint64_t open = open_round(job);
   t.first_round = std::max<uint64_t>(open - 1, 1);
-  if (open > 1 && job.check({job_keys::round_key(open - 1, "end")})) t.first_round = open;
+  if (open > 1 && job.check({keys::end(open - 1)})) t.first_round = open;
   // The request first, then the seq that makes the leader look at it.
   if (r.kind == Request::Kind::kScale) {
-    job.set(rendezvous::keys::kScaleRequest, std::to_string(r.nodes));
+    job.set(keys::kScaleRequest, std::to_string(r.nodes));
   } else {
-    job.add(rendezvous::keys::kReleaseRequest, r.nodes);
+    job.add(keys::kReleaseRequest, r.nodes);
   }
-  t.seq = job.add(rendezvous::keys::kRequestSeq, 1);
+  t.seq = job.add(keys::kRequestSeq, 1);
   return t;
 }
 
@@ -88,10 +84,10 @@ void wait_handled(StoreClient& job, const Ticket& t, Millis timeout) {
   const auto until = Clock::now() + timeout;
   for (;;) {
     // Read, never ADD 0: elasticctl writes nothing but requests.
-    if (auto handled = get_if_present(job, job_keys::kRequestsHandled)) {
+    if (auto handled = get_if_present(job, keys::kRequestsHandled)) {
       if (auto n = to_int(*handled); n && *n >= t.seq) return;
     }
-    if (auto done = get_if_present(job, job_keys::kJobFinished)) {
+    if (auto done = get_if_present(job, keys::kJobFinished)) {
       throw Error("the job " + finished_text(*done) + ", before its leader handled request #" +
                   std::to_string(t.seq));
     }
@@ -117,7 +113,7 @@ std::string outcome(StoreClient& job, const Request& r, const Ticket& t) {
   std::optional<rendezvous::EndRecord> end;
   uint64_t round = t.first_round;
   for (; round <= running; ++round) {
-    const std::string key = job_keys::round_key(round, "end");
+    const std::string key = keys::end(round);
     try {
       if (round == running) job.wait({key}, kEndRecordGrace);
       if (job.check({key})) {
@@ -128,10 +124,8 @@ std::string outcome(StoreClient& job, const Request& r, const Ticket& t) {
     }
   }
   auto size_of = [&](uint64_t n) {
-    const auto members = get_if_present(job, job_keys::round_key(n, "members"));
-    int count = members && !members->empty() ? 1 : 0;
-    if (members) count += static_cast<int>(std::count(members->begin(), members->end(), '\n'));
-    return nodes(count);
+    const auto members = get_if_present(job, keys::members(n));
+    return nodes(members ? static_cast<int>(rendezvous::parse_members(*members).size()) : 0);
   };
   if (end) {
     line += ": round " + std::to_string(round) + " ended (" + rendezvous::to_string(end->kind) +
@@ -141,7 +135,7 @@ std::string outcome(StoreClient& job, const Request& r, const Ticket& t) {
     return line;
   }
   line += ": round " + std::to_string(running) + " goes on at " + size_of(running);
-  if (auto state = get_if_present(job, rendezvous::keys::kPolicyState)) {
+  if (auto state = get_if_present(job, keys::kPolicyState)) {
     try {
       const auto s = elastic::PolicyState::parse(*state);
       line += s.cap ? "; the size limit is now " + nodes(*s.cap) : "; no size limit";

@@ -5,26 +5,19 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "ctl/job_keys.hpp"
+#include "rendezvous/records.hpp"
 
 namespace elasticrun::ctl {
 namespace {
 
-using job_keys::round_key;
+namespace keys = rendezvous::keys;
+using rendezvous::JoinRecord;
 
 std::optional<int64_t> to_int(const std::string& text) {
   int64_t v = 0;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || p != text.data() + text.size()) return std::nullopt;
   return v;
-}
-
-std::vector<std::string> lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::string cur;
-  std::istringstream in(text);
-  while (std::getline(in, cur)) out.push_back(cur);
-  return out;
 }
 
 // The values of `keys`, nullopt for those absent. One CHECK and one
@@ -49,44 +42,46 @@ std::optional<std::string> read_one(StoreClient& c, const std::string& key) {
   return read_present(c, {key})[0];
 }
 
-// A join record: "node_id \n host \n local_world_size \n prev_round \n
-// prev_rank \n released". Fields past what a record has stay empty.
-AgentInfo parse_record(const std::string& text) {
-  const auto f = lines(text);
+// A join record as status shows it; one it cannot parse (written by
+// another version) shows its first line as the node id.
+AgentInfo agent_info(const std::string& text) {
   AgentInfo a;
-  if (!f.empty()) a.node_id = f[0];
-  if (f.size() > 1) a.host = f[1];
-  if (f.size() > 2) a.local_world_size = static_cast<int>(to_int(f[2]).value_or(0));
-  if (f.size() > 5) a.released = f[5] == "1";
+  if (const auto r = JoinRecord::try_parse(text)) {
+    a.node_id = r->node_id;
+    a.host = r->host;
+    a.local_world_size = r->local_world_size;
+    a.released = r->released;
+  } else {
+    a.node_id = text.substr(0, text.find('\n'));
+  }
   return a;
 }
 
-// The keys name(1)..name(count) of a round, those present.
-template <typename Name>
-std::vector<std::optional<std::string>> read_records(StoreClient& c, uint64_t round, int64_t count,
-                                                     Name name) {
-  std::vector<std::string> keys;
-  for (int64_t i = 1; i <= count; ++i) keys.push_back(round_key(round, name(i)));
-  return read_present(c, keys);
+// The keys key(1)..key(count), those present.
+template <typename Key>
+std::vector<std::optional<std::string>> read_records(StoreClient& c, int64_t count, Key key) {
+  std::vector<std::string> names;
+  for (int64_t i = 1; i <= count; ++i) names.push_back(key(i));
+  return read_present(c, names);
 }
 
 void read_members(StoreClient& c, JobStatus& s) {
   const uint64_t round = *s.round;
   const auto closed = rendezvous::Closed::parse(s.closed);
   if (!closed) return;  // "fail ...": nobody was admitted
-  const auto recs = read_records(c, round, closed->candidates, rendezvous::keys::join_record);
-  const auto assigns = read_records(c, round, closed->candidates, [&](int64_t i) {
-    return rendezvous::keys::assignment(closed->closer, i);
-  });
+  const auto recs =
+      read_records(c, closed->candidates, [&](int64_t i) { return keys::join(round, i); });
+  const auto assigns = read_records(
+      c, closed->candidates, [&](int64_t i) { return keys::placement(round, closed->closer, i); });
   for (size_t i = 0; i < assigns.size(); ++i) {
     if (!assigns[i] || !recs[i]) continue;
-    std::istringstream in(*assigns[i]);
-    std::string tag;
+    const auto p = rendezvous::Placement::try_parse(*assigns[i]);
+    if (!p || !p->admitted) continue;
     MemberInfo m;
-    int nodes = 0, world = 0;
-    if (!(in >> tag >> m.group_rank >> nodes >> m.rank_offset >> world) || tag != "ok") continue;
-    m.agent = parse_record(*recs[i]);
-    s.world_size = world;
+    m.group_rank = p->group_rank;
+    m.rank_offset = p->rank_offset;
+    m.agent = agent_info(*recs[i]);
+    s.world_size = p->world_size;
     s.members.push_back(std::move(m));
   }
   if (!s.members.empty()) {
@@ -94,9 +89,9 @@ void read_members(StoreClient& c, JobStatus& s) {
               [](const MemberInfo& a, const MemberInfo& b) { return a.group_rank < b.group_rank; });
     return;
   }
-  if (auto ids = read_one(c, round_key(round, "members"))) {
+  if (auto ids = read_one(c, keys::members(round))) {
     int rank = 0;
-    for (auto& id : lines(*ids)) {
+    for (auto& id : rendezvous::parse_members(*ids)) {
       MemberInfo m;
       m.agent.node_id = id;
       m.group_rank = rank++;
@@ -156,7 +151,7 @@ std::string ago(std::chrono::milliseconds since_epoch, std::chrono::system_clock
 }  // namespace
 
 std::string JobStatus::state() const {
-  if (finished) return finished->rfind("fail", 0) == 0 ? "failed" : "finished";
+  if (finished) return rendezvous::JobFinished::parse(*finished).failed ? "failed" : "finished";
   if (!round) return "forming";
   if (!rendezvous::Closed::parse(closed)) return "not formed";
   if (end) return "ending";
@@ -166,32 +161,28 @@ std::string JobStatus::state() const {
 JobStatus read_status(StoreClient& c, const JobAddress& job) {
   JobStatus s;
   s.job = job;
-  const std::string open = c.get(job_keys::kRound);
+  const std::string open = c.get(keys::kRound);
   const auto open_round = to_int(open);
   if (!open_round || *open_round < 1) {
     throw StoreError("job '" + job.run_id + "' on " + job.endpoint() + ": malformed round '" +
                      open + "'");
   }
   s.open_round = static_cast<uint64_t>(*open_round);
-  s.joined = to_int(read_one(c, round_key(s.open_round, "count")).value_or("0")).value_or(0);
-  for (auto& rec : read_records(c, s.open_round, s.joined, rendezvous::keys::join_record)) {
-    if (rec) s.waiting.push_back(parse_record(*rec));
+  s.joined = to_int(read_one(c, keys::arrivals(s.open_round)).value_or("0")).value_or(0);
+  for (auto& rec :
+       read_records(c, s.joined, [&](int64_t i) { return keys::join(s.open_round, i); })) {
+    if (rec) s.waiting.push_back(agent_info(*rec));
   }
   if (s.open_round > 1) {
     s.round = s.open_round - 1;
-    s.closed = read_one(c, round_key(*s.round, "closed")).value_or("");
+    s.closed = read_one(c, keys::closed(*s.round)).value_or("");
     read_members(c, s);
-    if (auto end = read_one(c, round_key(*s.round, "end"))) {
-      try {
-        s.end = rendezvous::EndRecord::parse(*end);
-      } catch (const StoreError&) {
-        // Written by an agent of another version: show the rest.
-      }
-    }
+    // One written by an agent of another version is left out; the rest shows.
+    if (auto end = read_one(c, keys::end(*s.round))) s.end = rendezvous::EndRecord::try_parse(*end);
   }
-  s.restarts = to_int(read_one(c, job_keys::kFailures).value_or("0")).value_or(0);
-  s.finished = read_one(c, job_keys::kJobFinished);
-  s.policy_text = read_one(c, rendezvous::keys::kPolicyState);
+  s.restarts = to_int(read_one(c, keys::kFailures).value_or("0")).value_or(0);
+  s.finished = read_one(c, keys::kJobFinished);
+  s.policy_text = read_one(c, keys::kPolicyState);
   if (s.policy_text) {
     try {
       s.policy = elastic::PolicyState::parse(*s.policy_text);
@@ -199,8 +190,8 @@ JobStatus read_status(StoreClient& c, const JobAddress& job) {
       // Shown as text.
     }
   }
-  s.requests = to_int(read_one(c, rendezvous::keys::kRequestSeq).value_or("0")).value_or(0);
-  s.handled = to_int(read_one(c, job_keys::kRequestsHandled).value_or("0")).value_or(0);
+  s.requests = to_int(read_one(c, keys::kRequestSeq).value_or("0")).value_or(0);
+  s.handled = to_int(read_one(c, keys::kRequestsHandled).value_or("0")).value_or(0);
   return s;
 }
 
@@ -210,10 +201,8 @@ std::string format_table(const JobStatus& s, std::chrono::system_clock::time_poi
   if (s.round) {
     std::string r = std::to_string(*s.round) + ": ";
     if (!rendezvous::Closed::parse(s.closed)) {
-      // "fail <why>" or "failjob <why>": the reason follows the first word.
-      const size_t sp = s.closed.find(' ');
-      r += "closed without members: " +
-           (sp == std::string::npos ? s.closed : s.closed.substr(sp + 1));
+      const auto without = rendezvous::ClosedWithout::parse(s.closed);
+      r += "closed without members: " + (without ? without->why : s.closed);
     } else {
       r += plural(static_cast<int64_t>(s.members.size()), "node", "nodes") + ", world size " +
            (s.world_size < 0 ? "?" : std::to_string(s.world_size));
@@ -286,9 +275,8 @@ std::string format_json(const JobStatus& s) {
   }
   ordered_json finished = nullptr;
   if (s.finished) {
-    const size_t sp = s.finished->find(' ');
-    finished = {{"ok", s.finished->rfind("fail", 0) != 0},
-                {"reason", sp == std::string::npos ? "" : s.finished->substr(sp + 1)}};
+    const auto f = rendezvous::JobFinished::parse(*s.finished);
+    finished = {{"ok", !f.failed}, {"reason", f.reason}};
   }
   ordered_json policy = nullptr;
   if (s.policy_text) {

@@ -1,6 +1,5 @@
 #include "rendezvous/heartbeat.hpp"
 
-#include <charconv>
 #include <csignal>
 
 #include "util/logging.hpp"
@@ -29,7 +28,7 @@ StoreClient connect_for(const RendezvousConfig& c, std::chrono::milliseconds con
 
 Heartbeat::Heartbeat(const RendezvousConfig& config)
     : config_(config), client_(connect_for(config_, config_.store_timeout)) {
-  client_.set(keys::heartbeat(config_.node_id), std::to_string(now_unix_ms()));
+  client_.set(keys::heartbeat(config_.node_id), HeartbeatRecord{now_unix_ms()}.serialize());
   thread_ = start_quiet_thread([this] { run(); });
 }
 
@@ -56,7 +55,7 @@ void Heartbeat::run() {
         log->info("heartbeat: reconnected to the store {}", client_.endpoint());
         broken = false;
       }
-      client_.set(key, std::to_string(now_unix_ms()));
+      client_.set(key, HeartbeatRecord{now_unix_ms()}.serialize());
     } catch (const Error& e) {
       // The store may be restarting or the network cut for a moment: keep
       // trying every interval; the leader decides what a gap means.
@@ -74,10 +73,8 @@ int64_t now_unix_ms() {
 }
 
 bool heartbeat_stale(const std::string& beat, int64_t now_ms, std::chrono::milliseconds limit) {
-  int64_t t = 0;
-  auto [p, ec] = std::from_chars(beat.data(), beat.data() + beat.size(), t);
-  if (ec != std::errc() || p != beat.data() + beat.size()) return true;
-  return now_ms - t > limit.count();
+  const auto b = HeartbeatRecord::try_parse(beat);
+  return !b || now_ms - b->unix_ms > limit.count();
 }
 
 }  // namespace elasticrun::rendezvous

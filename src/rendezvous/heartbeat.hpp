@@ -32,10 +32,7 @@ class Heartbeat {
   std::thread thread_;
 };
 
-// Heartbeats are wall-clock times (milliseconds since the epoch), so that any
-// agent can judge another's at once, without watching it for a while first.
-// Hosts' clocks must agree to well within the limit (NTP does), as with
-// torchrun's c10d rendezvous, whose heartbeats are timestamps too.
+// Wall-clock milliseconds since the epoch: what a beat holds (HeartbeatRecord).
 int64_t now_unix_ms();
 // True when the beat is older than `limit` (or not a time at all).
 bool heartbeat_stale(const std::string& beat, int64_t now_ms, std::chrono::milliseconds limit);

@@ -6,7 +6,6 @@
 #include <thread>
 
 #include "rendezvous/heartbeat.hpp"
-#include "rendezvous/text.hpp"
 #include "util/deadline.hpp"
 #include "util/logging.hpp"
 #include "util/strings.hpp"
@@ -15,43 +14,16 @@ namespace elasticrun::rendezvous {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using detail::rkey;
-using detail::split;
-using detail::to_int;
 using util::seconds_text;
 
 }  // namespace
 
-// What an agent writes when it joins: everything the closer needs to order
-// and place it, one field per line.
-struct Rendezvous::Record {
-  std::string node_id;
-  std::string host;
-  int local_world_size = 1;
-  int64_t prev_round = 0;  // 0: never admitted
-  int prev_rank = -1;
-  bool released = false;
-  int64_t index = 0;  // arrival index in this round (not serialised)
-  bool dead = false;  // heartbeat stale at close time (not serialised)
-
-  std::string serialize() const {
-    return node_id + "\n" + host + "\n" + std::to_string(local_world_size) + "\n" +
-           std::to_string(prev_round) + "\n" + std::to_string(prev_rank) + "\n" +
-           (released ? "1" : "0");
-  }
-  static Record parse(const std::string& text, int64_t index) {
-    auto f = split(text, '\n');
-    if (f.size() != 6) throw StoreError("rendezvous: malformed join record '" + text + "'");
-    Record r;
-    r.node_id = f[0];
-    r.host = f[1];
-    r.local_world_size = static_cast<int>(to_int(f[2], "local world size"));
-    r.prev_round = to_int(f[3], "previous round");
-    r.prev_rank = static_cast<int>(to_int(f[4], "previous rank"));
-    r.released = f[5] == "1";
-    r.index = index;
-    return r;
-  }
+// A join record as the closer sees it: where it arrived, and whether its
+// heartbeat had stopped by the time the round closed.
+struct Rendezvous::Candidate {
+  JoinRecord record;
+  int64_t index = 0;
+  bool dead = false;
 };
 
 namespace {
@@ -79,7 +51,7 @@ Assignment Rendezvous::join(bool released) {
   // COMPARE_SET on an absent key with expected "" creates it: the first
   // agent of a job opens round 1.
   uint64_t round =
-      static_cast<uint64_t>(to_int(client_.compare_set(keys::kRound, "", "1"), "round"));
+      static_cast<uint64_t>(parse_decimal(client_.compare_set(keys::kRound, "", "1"), "round"));
   for (bool first = true;; first = false) {
     check_cancelled();
     // An agent that has never been admitted skips this read on its first
@@ -105,7 +77,7 @@ Assignment Rendezvous::join(bool released) {
 }
 
 Assignment Rendezvous::join_round(uint64_t round, bool released, bool& spare) {
-  Record me;
+  JoinRecord me;
   me.node_id = config_.node_id;
   me.host = config_.host;
   me.local_world_size = config_.local_world_size;
@@ -114,19 +86,19 @@ Assignment Rendezvous::join_round(uint64_t round, bool released, bool& spare) {
     me.prev_rank = last_->group_rank;
   }
   me.released = released;
-  const int64_t index = client_.add(rkey(round, "count"), 1);
+  const int64_t index = client_.add(keys::arrivals(round), 1);
   // Joining is a sign of life: the closer reads every candidate's heartbeat,
   // which must exist even before this agent's heartbeat thread first beats.
   // One request sets both, so whoever sees the record sees the heartbeat.
-  client_.multi_set({rkey(round, keys::join_record(index)), keys::heartbeat(config_.node_id)},
-                    {me.serialize(), std::to_string(now_unix_ms())});
+  client_.multi_set({keys::join(round, index), keys::heartbeat(config_.node_id)},
+                    {me.serialize(), HeartbeatRecord{now_unix_ms()}.serialize()});
   if (me.prev_round > 0 && me.prev_round == static_cast<int64_t>(round) - 1 && !released) {
     // Survivors also take a survivor index, so that the closer can wait for
     // all of them by waiting on one key.
-    const int64_t s = client_.add(rkey(round, "sv_count"), 1);
-    client_.set(rkey(round, "sv/" + std::to_string(s)), config_.node_id);
+    const int64_t s = client_.add(keys::survivor_count(round), 1);
+    client_.set(keys::survivor(round, s), config_.node_id);
   }
-  if (round > 1 && !client_.check({rkey(round, "target")})) {
+  if (round > 1 && !client_.check({keys::target(round)})) {
     util::logger("rendezvous")
         ->info("round {} opens when the running round ends: this node waits as a spare", round);
   }
@@ -137,33 +109,28 @@ Assignment Rendezvous::join_round(uint64_t round, bool released, bool& spare) {
   // The closer is the first arrival unless it died: read our assignment
   // from it in the same request, and again if another agent closed.
   const auto got =
-      client_.multi_get_present({rkey(round, "closed"), rkey(round, keys::assignment(1, index))});
+      client_.multi_get_present({keys::closed(round), keys::placement(round, 1, index)});
   const std::string& closed_value = got[0];
-  if (closed_value.rfind("failjob ", 0) == 0)
-    throw RendezvousClosed(true, "the job failed: " + closed_value.substr(8));
-  if (closed_value.rfind("fail", 0) == 0) {
-    throw TimeoutError(
-        "rendezvous round " + std::to_string(round) + " of run '" + config_.run_id +
-        "' failed: " + closed_value.substr(std::min<size_t>(5, closed_value.size())));
+  if (const auto without = ClosedWithout::parse(closed_value)) {
+    if (without->job_failed) throw RendezvousClosed(true, "the job failed: " + without->why);
+    throw TimeoutError("rendezvous round " + std::to_string(round) + " of run '" + config_.run_id +
+                       "' failed: " + without->why);
   }
   const auto closed = Closed::parse(closed_value);
   if (!closed) throw StoreError("rendezvous: malformed closed record '" + closed_value + "'");
   spare = true;
   if (index > closed->candidates) return {};
-  const std::string v =
-      closed->closer == 1
-          ? got[1]
-          : client_.get_present(rkey(round, keys::assignment(closed->closer, index)));
-  if (v == "spare") return {};
-  std::istringstream in(v);
-  std::string tag;
+  const Placement p = Placement::parse(
+      closed->closer == 1 ? got[1]
+                          : client_.get_present(keys::placement(round, closed->closer, index)));
+  if (!p.admitted) return {};
   Assignment a;
   a.round = round;
-  if (!(in >> tag >> a.group_rank >> a.group_world_size >> a.rank_offset >> a.world_size >>
-        a.leader_node_id) ||
-      tag != "ok") {
-    throw StoreError("rendezvous: malformed assignment '" + v + "'");
-  }
+  a.group_rank = p.group_rank;
+  a.group_world_size = p.group_world_size;
+  a.rank_offset = p.rank_offset;
+  a.world_size = p.world_size;
+  a.leader_node_id = p.leader_node_id;
   spare = false;
   return a;
 }
@@ -193,15 +160,14 @@ bool Rendezvous::wait_while_running(const std::string& key, Millis budget, const
 // its heartbeat stops while we wait, we close the round ourselves (the
 // COMPARE_SET on `closed` lets exactly one closer win).
 void Rendezvous::wait_for_close(uint64_t round, int64_t my_index) {
-  const std::string closed_key = rkey(round, "closed");
+  const std::string closed_key = keys::closed(round);
   std::string closer_hb;
   const auto stale_after = config_.heartbeat_interval * config_.missed_heartbeats;
   for (;;) {
     if (wait_while_running(closed_key, config_.heartbeat_interval, "waited to join")) return;
     if (my_index == 1) continue;  // we are the closer (a spare waiting for the round to open)
     if (closer_hb.empty()) {
-      closer_hb =
-          keys::heartbeat(Record::parse(client_.get(rkey(round, keys::join_record(1))), 1).node_id);
+      closer_hb = keys::heartbeat(JoinRecord::parse(client_.get(keys::join(round, 1))).node_id);
     }
     if (heartbeat_stale(client_.get(closer_hb), now_unix_ms(), stale_after)) {
       util::logger("rendezvous")
@@ -214,8 +180,8 @@ void Rendezvous::wait_for_close(uint64_t round, int64_t my_index) {
 void Rendezvous::close_round(uint64_t round, int64_t my_index) {
   auto log = util::logger("rendezvous");
   const auto& sizes = config_.sizes;
-  const std::string count_key = rkey(round, "count");
-  auto rec_key = [&](int64_t i) { return rkey(round, keys::join_record(i)); };
+  const std::string count_key = keys::arrivals(round);
+  auto rec_key = [&](int64_t i) { return keys::join(round, i); };
   // Waits until `n` agents have joined or `budget` passes; true when they did.
   auto wait_for = [&](int64_t n, Millis budget) {
     return wait_while_running(rec_key(n), budget, "waited to join");
@@ -233,15 +199,12 @@ void Rendezvous::close_round(uint64_t round, int64_t my_index) {
     // A later round opens when the round before ends; its end record says
     // how many members to expect and for how long. Spares wait here, for as
     // long as the job runs.
-    const std::string target_key = rkey(round, "target");
+    const std::string target_key = keys::target(round);
     while (!wait_while_running(target_key, std::chrono::hours(24), "waited as a spare")) {
     }
-    std::istringstream in(client_.get(target_key));
-    int64_t wait_ms = 0;
-    int survivors = 0;
-    in >> target >> survivors >> wait_ms;
-    target = std::clamp(target, sizes.min_replicas, sizes.max_replicas);
-    lost = wait_for_survivors(round, target, survivors, Millis(wait_ms));
+    const RoundTarget t = RoundTarget::parse(client_.get(target_key));
+    target = std::clamp(t.target, sizes.min_replicas, sizes.max_replicas);
+    lost = wait_for_survivors(round, target, t.survivors, t.wait);
     if (client_.add(count_key, 0) < sizes.min_replicas) {
       wait_for(sizes.min_replicas, config_.join_timeout);
     }
@@ -255,11 +218,11 @@ void Rendezvous::close_round(uint64_t round, int64_t my_index) {
   // the close (agents then time out and start over).
   const auto values =
       client_.multi_get(names, config_.heartbeat_interval * config_.missed_heartbeats);
-  std::vector<Record> recs;
+  std::vector<Candidate> recs;
   std::vector<std::string> beat_keys;
   for (int64_t i = 1; i <= count; ++i) {
-    recs.push_back(Record::parse(values[static_cast<size_t>(i - 1)], i));
-    beat_keys.push_back(keys::heartbeat(recs.back().node_id));
+    recs.push_back(Candidate{JoinRecord::parse(values[static_cast<size_t>(i - 1)]), i});
+    beat_keys.push_back(keys::heartbeat(recs.back().record.node_id));
   }
   // A candidate whose heartbeat is stale died after joining (a spare killed
   // while it waited): it is never admitted.
@@ -275,68 +238,68 @@ void Rendezvous::close_round(uint64_t round, int64_t my_index) {
   }
   const auto admit =
       elastic::largest_allowed_at_most(sizes, static_cast<int>(std::min<int64_t>(live, target)));
-  std::string closed_value = Closed{count, my_index}.serialize();
+  std::optional<ClosedWithout> without;
   if (const auto spent = account_failure(round, lost)) {
-    closed_value = "failjob " + *spent;
+    without = ClosedWithout{true, *spent};
   } else if (!admit || live < sizes.min_replicas) {
-    closed_value = "fail " + std::to_string(live) + " agent(s) joined within " +
-                   seconds_text(config_.join_timeout) + "; at least " +
-                   std::to_string(sizes.min_replicas) + " needed";
+    without = ClosedWithout{false, std::to_string(live) + " agent(s) joined within " +
+                                       seconds_text(config_.join_timeout) + "; at least " +
+                                       std::to_string(sizes.min_replicas) + " needed"};
   }
+  const std::string closed_value =
+      without ? without->serialize() : Closed{count, my_index}.serialize();
   // Closes the round; false when another agent closed it first.
   auto close = [&] {
-    if (client_.compare_set(rkey(round, "closed"), "", closed_value) != closed_value) return false;
+    if (client_.compare_set(keys::closed(round), "", closed_value) != closed_value) return false;
     // Late arrivals from here on belong to the next round.
     client_.compare_set(keys::kRound, std::to_string(round), std::to_string(round + 1));
     return true;
   };
-  if (closed_value.rfind("failjob ", 0) == 0) {
+  if (without) {
     if (!close()) return;
-    mark_job_finished(true, closed_value.substr(8));
-    log->error("round {}: {}", round, closed_value.substr(8));
-    return;
-  }
-  if (closed_value.rfind("fail", 0) == 0) {
-    if (close()) log->error("round {}: {}", round, closed_value.substr(5));
+    if (without->job_failed) mark_job_finished(true, without->why);
+    log->error("round {}: {}", round, without->why);
     return;
   }
 
   // Survivors of the previous round keep their order, newcomers follow in
   // arrival order, nodes that gave their place back come last, dead never.
-  auto klass = [&](const Record& r) {
-    if (r.dead) return 3;
+  auto klass = [&](const Candidate& c) {
+    if (c.dead) return 3;
+    const JoinRecord& r = c.record;
     if (r.released) return 2;
     return r.prev_round == static_cast<int64_t>(round) - 1 && r.prev_rank >= 0 ? 0 : 1;
   };
-  std::stable_sort(recs.begin(), recs.end(), [&](const Record& a, const Record& b) {
+  std::stable_sort(recs.begin(), recs.end(), [&](const Candidate& a, const Candidate& b) {
     const int ka = klass(a), kb = klass(b);
     if (ka != kb) return ka < kb;
-    if (ka == 0) return a.prev_rank < b.prev_rank;
+    if (ka == 0) return a.record.prev_rank < b.record.prev_rank;
     return a.index < b.index;
   });
   const int members = *admit;
   int world = 0;
-  for (int i = 0; i < members; ++i) world += recs[static_cast<size_t>(i)].local_world_size;
+  for (int i = 0; i < members; ++i) world += recs[static_cast<size_t>(i)].record.local_world_size;
   std::vector<std::string> assign_keys, assign_values;
-  std::string member_list;
-  int offset = 0;
-  const std::string& leader = recs[0].node_id;
+  std::vector<std::string> member_ids;
+  Placement p;
+  p.group_world_size = members;
+  p.world_size = world;
+  p.leader_node_id = recs[0].record.node_id;
   for (size_t i = 0; i < recs.size(); ++i) {
-    assign_keys.push_back(rkey(round, keys::assignment(my_index, recs[i].index)));
-    if (static_cast<int>(i) < members) {
-      assign_values.push_back("ok " + std::to_string(i) + " " + std::to_string(members) + " " +
-                              std::to_string(offset) + " " + std::to_string(world) + " " + leader);
-      offset += recs[i].local_world_size;
-      member_list += (member_list.empty() ? "" : "\n") + recs[i].node_id;
-    } else {
-      assign_values.push_back("spare");
+    assign_keys.push_back(keys::placement(round, my_index, recs[i].index));
+    p.admitted = static_cast<int>(i) < members;
+    p.group_rank = static_cast<int>(i);
+    assign_values.push_back(p.serialize());
+    if (p.admitted) {
+      p.rank_offset += recs[i].record.local_world_size;
+      member_ids.push_back(recs[i].record.node_id);
     }
   }
   // Assignments first: whoever sees `closed` finds its own. Only the winner
   // of the close writes `members`.
   client_.multi_set(assign_keys, assign_values);
   if (!close()) return;
-  client_.set(rkey(round, "members"), member_list);
+  client_.set(keys::members(round), serialize_members(member_ids));
   log->info("round {} closed: {} member(s), {} spare(s), world size {}", round, members,
             count - members, world);
 }
@@ -355,8 +318,8 @@ int Rendezvous::wait_for_survivors(uint64_t round, int target, int survivors, Mi
   std::set<std::string> lost;
   for (;;) {
     check_cancelled();
-    const int64_t back = client_.add(rkey(round, "sv_count"), 0);
-    const int64_t count = client_.add(rkey(round, "count"), 0);
+    const int64_t back = client_.add(keys::survivor_count(round), 0);
+    const int64_t count = client_.add(keys::arrivals(round), 0);
     const int expected = survivors - static_cast<int>(lost.size());
     const auto now = Clock::now();
     if (back >= expected) {
@@ -374,7 +337,7 @@ int Rendezvous::wait_for_survivors(uint64_t round, int target, int survivors, Mi
       std::set<std::string> joined;
       if (back > 0) {
         std::vector<std::string> keys;
-        for (int64_t i = 1; i <= back; ++i) keys.push_back(rkey(round, "sv/" + std::to_string(i)));
+        for (int64_t i = 1; i <= back; ++i) keys.push_back(keys::survivor(round, i));
         for (auto& id : client_.multi_get(keys)) joined.insert(id);
       }
       std::vector<std::string> out, hb;
@@ -398,8 +361,8 @@ int Rendezvous::wait_for_survivors(uint64_t round, int target, int survivors, Mi
       }
     }
     // Sleep on the key that would end the wait: the last survivor's, else the target's.
-    const std::string key = back < expected ? rkey(round, "sv/" + std::to_string(expected))
-                                            : rkey(round, keys::join_record(target));
+    const std::string key =
+        back < expected ? keys::survivor(round, expected) : keys::join(round, target);
     try {
       client_.wait({key}, config_.heartbeat_interval);
     } catch (const TimeoutError&) {
@@ -415,7 +378,7 @@ int Rendezvous::wait_for_survivors(uint64_t round, int target, int survivors, Mi
 // fails when the restarts are spent.
 std::optional<std::string> Rendezvous::account_failure(uint64_t round, int lost) {
   if (round <= 1) return std::nullopt;
-  const std::string end_key = rkey(round - 1, "end");
+  const std::string end_key = keys::end(round - 1);
   if (!client_.check({end_key})) return std::nullopt;
   const EndRecord prev = EndRecord::parse(client_.get(end_key));
   if (prev.kind != EndKind::kRestart) return std::nullopt;
@@ -427,7 +390,7 @@ std::optional<std::string> Rendezvous::account_failure(uint64_t round, int lost)
             round, round - 1);
     return std::nullopt;
   }
-  if (client_.compare_set(rkey(round, "counted"), "", config_.node_id) != config_.node_id) {
+  if (client_.compare_set(keys::counted(round), "", config_.node_id) != config_.node_id) {
     return std::nullopt;
   }
   const int64_t used = client_.add(keys::kFailures, 1);
@@ -437,14 +400,14 @@ std::optional<std::string> Rendezvous::account_failure(uint64_t round, int lost)
 
 // Spares are counted from their join records, which only this file reads.
 int Rendezvous::live_waiting_after(uint64_t round) {
-  const int64_t n = client_.add(rkey(round + 1, "count"), 0);
+  const int64_t n = client_.add(keys::arrivals(round + 1), 0);
   if (n == 0) return 0;
   std::vector<std::string> recs;
-  for (int64_t i = 1; i <= n; ++i) recs.push_back(rkey(round + 1, keys::join_record(i)));
+  for (int64_t i = 1; i <= n; ++i) recs.push_back(keys::join(round + 1, i));
   std::vector<std::string> beats;
   try {
     for (const auto& v : client_.multi_get(recs, config_.heartbeat_interval)) {
-      beats.push_back(keys::heartbeat(Record::parse(v, 0).node_id));
+      beats.push_back(keys::heartbeat(JoinRecord::parse(v).node_id));
     }
   } catch (const TimeoutError&) {
     return 0;  // one is still writing its record: count them at the next look

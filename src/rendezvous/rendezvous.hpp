@@ -31,10 +31,9 @@
 
 #include "elastic/policy.hpp"
 #include "elasticrun/store_client.hpp"
+#include "rendezvous/records.hpp"
 
 namespace elasticrun::rendezvous {
-
-using Millis = std::chrono::milliseconds;
 
 struct RendezvousConfig {
   std::string store_host;
@@ -63,25 +62,6 @@ struct RendezvousConfig {
   Millis heartbeat_interval{std::chrono::seconds(1)};
   int missed_heartbeats = 5;
   Millis store_timeout{std::chrono::seconds(60)};
-};
-
-// Why a round ended (the value of its `end` key).
-enum class EndKind { kScaleUp, kScaleDown, kReplace, kRestart, kFail, kDone };
-const char* to_string(EndKind k);
-
-struct EndRecord {
-  EndKind kind = EndKind::kRestart;
-  int target = 0;  // members the next round aims for
-  // Members of this round expected back in the next (not leaving, lost or
-  // released): the next round waits for all of them before it closes, so
-  // that they keep their places ahead of spares and released nodes.
-  int survivors = 0;
-  Millis wait{0};   // how long the next round waits for them
-  int release = 0;  // the highest `release` group ranks leave the job
-  std::string reason;
-
-  std::string serialize() const;
-  static EndRecord parse(const std::string& text);  // throws StoreError
 };
 
 // One node's place in a closed round.
@@ -164,7 +144,7 @@ class Rendezvous {
   void cancel() { cancelled_.store(true); }
 
  private:
-  struct Record;
+  struct Candidate;
   Assignment join_round(uint64_t round, bool released, bool& spare);
   void close_round(uint64_t round, int64_t my_index);
   int wait_for_survivors(uint64_t round, int target, int survivors, Millis wait);
@@ -188,42 +168,6 @@ class RendezvousClosed : public Error {
 
  private:
   bool failed_;
-};
-
-// Job-wide keys outside the rounds, shared with elasticctl.
-namespace keys {
-std::string prefix(const std::string& run_id);                 // "/elasticrun/<run_id>/"
-inline constexpr const char* kScaleRequest = "ctl/scale";      // decimal N
-inline constexpr const char* kReleaseRequest = "ctl/release";  // ADD K
-inline constexpr const char* kRequestSeq = "ctl/seq";          // ADD 1 after each request
-inline constexpr const char* kPolicyState = "policy/state";
-// What the leader has acted on (RoundWatch::lead).
-inline constexpr const char* kRequestsHandled = "ctl/handled";
-inline constexpr const char* kReleaseDone = "ctl/release_done";
-inline constexpr const char* kRound = "round";  // the round open for joining
-inline constexpr const char* kFailures = "failures";
-inline constexpr const char* kJobFinished = "job/finished";  // "ok <why>" / "fail <why>"
-std::string heartbeat(const std::string& node_id);
-// "r/<n>/<name>": a key of round n.
-std::string round_key(uint64_t round, const std::string& name);
-// "rec/<index>" (a name for round_key): the join record of arrival index.
-std::string join_record(int64_t index);
-// "assign/<closer>/<index>" (a name for round_key): the assignment of arrival
-// index `index`, written by the agent of arrival index `closer` before it
-// closed the round. Keyed by closer so that a closer that lost the race to
-// close writes only keys nobody reads.
-std::string assignment(int64_t closer, int64_t index);
-}  // namespace keys
-
-// The value of a round's `closed` key when the round admitted candidates:
-// "<candidates> <closer>" (arrival indices 1..candidates were considered;
-// the agent of arrival index closer closed it). nullopt for "fail ..." and
-// "failjob ..." or anything malformed.
-struct Closed {
-  int64_t candidates = 0;
-  int64_t closer = 0;
-  std::string serialize() const;
-  static std::optional<Closed> parse(const std::string& value);
 };
 
 }  // namespace elasticrun::rendezvous
