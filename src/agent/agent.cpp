@@ -240,6 +240,7 @@ int run_agent(const AgentConfig& config) {
   ::gethostname(hostbuf, sizeof(hostbuf) - 1);
   node.host = hostbuf;
   node.base = current_environment();
+  for (const auto& [name, value] : config.worker_env) node.base[name] = value;
   node.cpu_sets = std::move(cpu_sets);
   if (config.nproc_per_node > 1 && !node.base.count("OMP_NUM_THREADS")) {
     log->warn(

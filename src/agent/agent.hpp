@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -91,6 +92,8 @@ struct AgentConfig {
   std::string numa_root = "/";
   // One-line notes printed once before the workers start.
   std::vector<std::string> notes;
+  // Set in every worker's (and hook's) environment on top of the agent's own.
+  std::map<std::string, std::string> worker_env;
 };
 
 // Runs the job on this node; returns the process exit code (0 all workers

@@ -1,0 +1,261 @@
+#include "agent/launch_plan.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+#include <set>
+
+#include "agent/cuda_devices.hpp"
+#include "cli/parse.hpp"
+#include "elasticrun/errors.hpp"
+
+namespace elasticrun::agent {
+namespace {
+
+// Test-only: the integration suite points the GPU and NUMA discovery at a
+// fake tree (docs/numa-binding.md).
+std::filesystem::path discovery_root(const Environment& env) {
+  auto root = env.find("ELASTICRUN_TEST_SYSFS_ROOT");
+  return root != env.end() && !root->second.empty() ? root->second : "/";
+}
+
+std::string find_in_path(const std::string& name, const Environment& env) {
+  auto path = env.find("PATH");
+  if (path == env.end()) return {};
+  size_t start = 0;
+  while (start <= path->second.size()) {
+    size_t end = path->second.find(':', start);
+    if (end == std::string::npos) end = path->second.size();
+    std::filesystem::path candidate =
+        std::filesystem::path(path->second.substr(start, end - start)) / name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    start = end + 1;
+  }
+  return {};
+}
+
+// torchrun runs workers with its own interpreter (sys.executable) unless
+// PYTHON_EXEC says otherwise; a native launcher has none, so it takes the
+// python3 (then python) that PATH finds, which in an activated venv or conda
+// env is that environment's.
+std::string python_executable(const Environment& env) {
+  auto exec = env.find("PYTHON_EXEC");
+  if (exec != env.end() && !exec->second.empty()) return exec->second;
+  for (const char* name : {"python3", "python"}) {
+    std::string p = find_in_path(name, env);
+    if (!p.empty()) return p;
+  }
+  throw ConfigError(
+      "no python3 or python on PATH to run the training script; set PYTHON_EXEC "
+      "or use --no-python");
+}
+
+std::vector<std::string> worker_command(const cli::LaunchConfig& c, const Environment& env) {
+  std::vector<std::string> cmd;
+  if (c.no_python) {
+    cmd.push_back(c.training_script);
+  } else if (c.run_path) {
+    cmd = {python_executable(env), "-u", "-c",
+           "import runpy, sys; sys.argv = sys.argv[1:]; "
+           "runpy.run_path(sys.argv[0], run_name='__main__')",
+           c.training_script};
+  } else {
+    cmd = {python_executable(env), "-u"};
+    if (c.module) cmd.push_back("-m");
+    cmd.push_back(c.training_script);
+  }
+  cmd.insert(cmd.end(), c.training_script_args.begin(), c.training_script_args.end());
+  return cmd;
+}
+
+double conf_seconds(const std::map<std::string, std::string>& conf, const std::string& key,
+                    double fallback) {
+  auto it = conf.find(key);
+  if (it == conf.end()) return fallback;
+  const double v = cli::parse_double("--rdzv-conf " + key, it->second);
+  if (v < 0) throw ConfigError("--rdzv-conf " + key + "=" + it->second + ": must not be negative");
+  return v;
+}
+
+std::chrono::milliseconds ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+std::string random_token() {
+  static const char kChars[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  std::random_device rd;
+  std::string s;
+  for (int i = 0; i < 6; ++i) s += kChars[rd() % (sizeof(kChars) - 1)];
+  return s;
+}
+
+// --rdzv-conf keys of the c10d backend: torchrun's where they mean the same
+// (join_timeout, last_call_timeout, keep_alive_*, read_timeout, is_host),
+// ours beside them. Accepted and unused: close_timeout, timeout, use_libuv.
+const std::set<std::string> kRdzvConfKeys = {
+    "join_timeout",       "last_call_timeout", "close_timeout",       "timeout",
+    "read_timeout",       "is_host",           "keep_alive_interval", "keep_alive_max_attempt",
+    "heartbeat_interval", "missed_heartbeats", "rejoin_timeout",      "use_libuv"};
+
+AgentConfig::HostStore host_store(const std::map<std::string, std::string>& conf) {
+  auto it = conf.find("is_host");
+  if (it == conf.end()) return AgentConfig::HostStore::kAuto;
+  const std::string& v = it->second;
+  if (v == "1" || v == "true" || v == "True" || v == "yes") return AgentConfig::HostStore::kYes;
+  if (v == "0" || v == "false" || v == "False" || v == "no") return AgentConfig::HostStore::kNo;
+  throw ConfigError("--rdzv-conf is_host=" + v + ": expected 1 or 0");
+}
+
+// --rdzv-backend c10d over several nodes: the rendezvous settings, from the
+// endpoint, --rdzv-conf and the elastic sizes.
+void plan_dynamic(const cli::LaunchConfig& c, AgentConfig& a) {
+  const auto& conf = c.rdzv_conf;
+  for (const auto& [key, value] : conf) {
+    if (!kRdzvConfKeys.count(key)) {
+      throw ConfigError("--rdzv-conf " + key + "=" + value +
+                        ": unknown key for the c10d backend (known: join_timeout, "
+                        "last_call_timeout, keep_alive_interval, keep_alive_max_attempt, "
+                        "heartbeat_interval, missed_heartbeats, rejoin_timeout, is_host, "
+                        "read_timeout)");
+    }
+  }
+  const cli::HostPort ep = cli::parse_endpoint("--rdzv-endpoint", c.rdzv_endpoint, 29400);
+  auto& r = a.rdzv;
+  r.store_host = ep.host;
+  r.store_port = ep.port;
+  r.run_id = c.rdzv_id;
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  r.host = c.local_addr.value_or(name);
+  r.node_id = r.host + "-" + std::to_string(::getpid()) + "-" + random_token();
+  r.local_world_size = c.nproc_per_node;
+  r.join_timeout = ms(conf_seconds(conf, "join_timeout", 600));
+  r.last_call_timeout = ms(conf_seconds(conf, "last_call_timeout", 1));
+  r.heartbeat_interval =
+      ms(conf_seconds(conf, "heartbeat_interval", conf_seconds(conf, "keep_alive_interval", 1)));
+  if (r.heartbeat_interval.count() < 10) {
+    throw ConfigError("--rdzv-conf heartbeat_interval: at least 0.01 s");
+  }
+  const double missed =
+      conf_seconds(conf, "missed_heartbeats", conf_seconds(conf, "keep_alive_max_attempt", 5));
+  r.missed_heartbeats = std::max(1, static_cast<int>(missed));
+  r.rejoin_timeout = ms(conf_seconds(conf, "rejoin_timeout", 30));
+  r.store_timeout = ms(conf_seconds(conf, "read_timeout", 60));
+  a.host_store = host_store(conf);
+  const cli::ElasticOptions& e = c.elastic;
+  a.policy.min_replicas = e.min_replicas;
+  a.policy.max_replicas = e.max_replicas;
+  a.policy.increment_step = e.replica_increment_step;
+  a.policy.discrete_values = e.replica_discrete_values;
+  a.policy.scaling_timeout = ms(e.scaling_timeout);
+  a.policy.faulty_scale_down_timeout = ms(e.faulty_scale_down_timeout);
+  a.policy.min_stable_period = ms(e.min_stable_period);
+  a.policy.max_stable_period = ms(e.max_stable_period);
+  a.policy.validate();
+  a.graceful_shutdown_timeout = ms(e.graceful_shutdown_timeout);
+  r.sizes = a.policy;
+  r.faulty_scale_down_timeout = a.policy.faulty_scale_down_timeout;
+  r.max_restarts = c.max_restarts;
+}
+
+// Where the node's place comes from: fixed by the flags (static,
+// standalone) or from rounds (c10d over several nodes).
+void plan_rendezvous(const cli::LaunchConfig& c, AgentConfig& a) {
+  if (c.rdzv_backend == "static") {
+    a.standalone = false;
+    if (c.node_rank < 0 || c.node_rank >= a.nnodes) {
+      throw ConfigError("--node-rank " + std::to_string(c.node_rank) + " is not in [0, " +
+                        std::to_string(a.nnodes) + ")");
+    }
+  } else if (c.rdzv_backend == "c10d" && c.nnodes_max == 1) {
+    // One node: nobody to rendezvous with; host a fresh store per attempt.
+    a.standalone = true;
+  } else if (c.rdzv_backend == "c10d") {
+    a.standalone = false;
+    a.dynamic = true;
+    plan_dynamic(c, a);
+  } else {
+    throw ConfigError("--rdzv-backend " + c.rdzv_backend +
+                      " is not supported; use c10d (or its synonym elasticrun), static, or "
+                      "--standalone");
+  }
+}
+
+std::vector<std::string> hook_command(const std::optional<std::string>& script,
+                                      const std::vector<std::string>& args) {
+  if (!script) return {};
+  std::vector<std::string> cmd = {*script};
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  return cmd;
+}
+
+}  // namespace
+
+AgentConfig plan_agent(const cli::LaunchConfig& c, const Environment& env) {
+  AgentConfig a;
+  a.worker_command = worker_command(c, env);
+  if (c.warm_start && !c.no_python) {
+    // The part of the worker's argv that becomes sys.argv: the file or module on.
+    a.warm_start.enabled = true;
+    a.warm_start.python = a.worker_command[0];
+    a.warm_start.mode = c.run_path ? "run_path" : c.module ? "module" : "script";
+    a.warm_start.argv_offset = c.run_path ? 4 : c.module ? 3 : 2;
+    a.warm_start.imports = c.warm_start_imports;
+  }
+  a.script_name = c.training_script;
+  a.nproc_per_node = c.nproc_per_node;
+  a.nnodes = c.effective_nnodes();
+  a.node_rank = c.node_rank;
+  a.role = c.role;
+  a.run_id = c.rdzv_id;
+  a.max_restarts = c.max_restarts;
+  a.shutdown_timeout = std::chrono::seconds(c.shutdown_timeout);
+  a.signals_to_handle = c.signals_to_handle;
+  a.shutdown_signal = c.shutdown_signal;
+  a.master_addr = c.master_addr;
+  a.master_port = c.master_port;
+  a.virtual_local_rank = c.virtual_local_rank;
+  if (c.numa_binding) {
+    a.numa_binding = numa_mode_from_string(*c.numa_binding);  // validated by the parser
+    a.numa_root = discovery_root(env).string();
+  }
+  a.log_dir = c.log_dir.value_or("");
+  for (int r = 0; r < c.nproc_per_node; ++r) {
+    a.redirects.push_back(c.redirects.for_rank(r));
+    a.tee.push_back(c.tee.for_rank(r));
+  }
+  a.local_ranks_filter = c.local_ranks_filter;
+  if (c.log_line_prefix_template) a.log_line_prefix_template = *c.log_line_prefix_template;
+  a.duplicate_stdout_filters = c.duplicate_stdout_filters;
+  a.duplicate_stderr_filters = c.duplicate_stderr_filters;
+  a.notes = c.notes;
+  a.pre_train_command = hook_command(c.pre_train_script, c.pre_train_args);
+  a.post_train_command = hook_command(c.post_train_script, c.post_train_args);
+  if (auto err = env.find("TORCHELASTIC_ERROR_FILE"); err != env.end()) {
+    a.agent_error_file = err->second;
+  }
+  // torchrun exports the list of handled signals to its workers.
+  std::string handled;
+  for (int sig : c.signals_to_handle) {
+    handled += (handled.empty() ? "" : ",") + cli::signal_name(sig);
+  }
+  a.worker_env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = handled;
+  // The worker SDK reads per-world-size overrides from the job config file.
+  if (c.elastic.config_file) a.worker_env["ELASTICRUN_CONFIG_FILE"] = *c.elastic.config_file;
+  plan_rendezvous(c, a);
+  return a;
+}
+
+int usable_cpu_count() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+int visible_gpu_count(const Environment& env) {
+  return cuda_device_count(discovery_root(env), env);
+}
+
+}  // namespace elasticrun::agent
