@@ -31,6 +31,8 @@ struct AgentConfig {
   std::string role = "default";
   std::string run_id = "none";
   int max_restarts = 0;
+  // --monitor-interval: how often the attempt samples its workers' progress.
+  std::chrono::milliseconds monitor_interval{100};
   std::chrono::milliseconds shutdown_timeout{30000};
   // Signals forwarded to the workers (then the run ends with that signal).
   std::vector<int> signals_to_handle;

@@ -57,11 +57,16 @@ RankPlan plan_rank_logs(const AgentConfig& c, const fs::path& rank_dir, int loca
 }
 
 // One attempt: start the workers, watch them until every one has exited.
-class Attempt {
+class Attempt final : public AttemptControl {
  public:
   Attempt(const AgentConfig& c, supervisor::DeathWatch& watch, WarmPool* warm, int restart_count,
-          const AttemptHooks& hooks)
-      : config_(c), group_(&watch), warm_(warm), restart_count_(restart_count), hooks_(hooks) {
+          AttemptDelegate& delegate, Inbox* inbox)
+      : config_(c),
+        group_(&watch),
+        warm_(warm),
+        restart_count_(restart_count),
+        delegate_(delegate),
+        inbox_(inbox) {
     uv_loop_init(&loop_);
     uv_signal_init(&loop_, &sigchld_);
     sigchld_.data = this;
@@ -73,13 +78,17 @@ class Attempt {
     refill_timer_.data = this;
     uv_timer_init(&loop_, &rescue_timer_);
     rescue_timer_.data = this;
-    uv_async_init(&loop_, &stop_async_,
-                  [](uv_async_t* h) { static_cast<Attempt*>(h->data)->on_stop_request(); });
-    stop_async_.data = this;
+    uv_timer_init(&loop_, &monitor_timer_);
+    monitor_timer_.data = this;
+    uv_async_init(&loop_, &inbox_async_, [](uv_async_t* h) {
+      auto* self = static_cast<Attempt*>(h->data);
+      self->inbox_->run_pending(*self);
+    });
+    inbox_async_.data = this;
   }
 
   ~Attempt() {
-    if (hooks_.stop) hooks_.stop->detach();
+    if (inbox_) inbox_->detach();
     pump_.drain_and_close();
     uv_walk(
         &loop_,
@@ -146,10 +155,18 @@ class Attempt {
     } else {
       log_->info("started {} worker(s) (restart count {})", specs.size(), restart_count_);
     }
-    // A stop may have been posted before the loop could hear it: attaching
-    // delivers it. A child may have exited before the handler was installed:
-    // look once.
-    if (hooks_.stop) hooks_.stop->attach(&stop_async_);
+    delegate_.attempt_started(*this);
+    const auto every = static_cast<uint64_t>(config_.monitor_interval.count());
+    uv_timer_start(
+        &monitor_timer_,
+        [](uv_timer_t* t) {
+          static_cast<Attempt*>(t->data)->delegate_.tick(std::chrono::steady_clock::now());
+        },
+        every, every);
+    // A message may have been posted before the loop could hear it:
+    // attaching delivers it. A child may have exited before the handler was
+    // installed: look once.
+    if (inbox_) inbox_->attach(&inbox_async_);
     on_child();
     if (!done_) uv_run(&loop_, UV_RUN_DEFAULT);
     // An attempt shorter than the refill delay: the next one still finds interpreters.
@@ -212,7 +229,7 @@ class Attempt {
         log_->warn("worker local rank {} (pid {}) failed: {}", e.local_rank, e.pid, e.describe());
         failures_.push_back(e);
         stop_after_failure(Outcome::kFailed, config_.shutdown_timeout);
-        if (hooks_.on_failure) hooks_.on_failure(e);
+        delegate_.on_failure(e);
       } else if (e.failed() && outcome_ == Outcome::kFailed) {
         // Survivors we stopped are listed too (exitcode -15), as torchrun
         // lists them; the root cause is still the earliest failure.
@@ -223,7 +240,10 @@ class Attempt {
   }
 
   void on_signal(int sig) {
-    if (hooks_.signal_means_leave && !stopping_ && stop_signal_ == 0) {
+    const bool first = stop_signal_ == 0;
+    // The delegate hears of the first signal even when it is forwarded.
+    const bool leaves = first && delegate_.on_signal(sig);
+    if (leaves && !stopping_) {
       log_->warn("received {}: this node leaves the job; its workers stop as the nodes agree",
                  supervisor::signal_name(sig));
       stop_signal_ = sig;
@@ -239,7 +259,6 @@ class Attempt {
             self->stop(self->stop_signal_, Outcome::kSignaled, self->config_.shutdown_timeout);
           },
           static_cast<uint64_t>(config_.graceful_shutdown_timeout.count()), 0);
-      if (hooks_.on_signal) hooks_.on_signal(sig);
       return;
     }
     if (stopping_ && outcome_ == Outcome::kSignaled) {
@@ -250,7 +269,6 @@ class Attempt {
       return;
     }
     log_->warn("received {}: forwarding it to the workers", supervisor::signal_name(sig));
-    const bool first = stop_signal_ == 0;
     stop_signal_ = sig;
     // A stop already under way (a failure, a round that ended) turns into
     // this: the run now ends with the signal.
@@ -259,30 +277,28 @@ class Attempt {
       group_.signal_all(sig);
     }
     stop(sig, Outcome::kSignaled, config_.shutdown_timeout);
-    if (hooks_.on_signal && first) hooks_.on_signal(sig);
   }
 
-  void on_stop_request() {
-    if (stopping_ || done_ || !hooks_.stop) return;
-    stop_reason_ = hooks_.stop->pending();
-    if (!stop_reason_) return;
-    log_->info("stopping the workers: {}", *stop_reason_);
-    if (hooks_.tell_stop && hooks_.tell_stop(group_)) {
+ public:
+  void request_stop(const std::string& reason) override {
+    if (stopping_ || done_) return;
+    stop_reason_ = reason;
+    log_->info("stopping the workers: {}", reason);
+    if (delegate_.tell_stop(group_)) {
       stop(0, Outcome::kStopped, config_.graceful_shutdown_timeout);
     } else {
       stop_after_failure(Outcome::kStopped, config_.graceful_shutdown_timeout);
     }
   }
 
+ private:
   // --shutdown-signal to every worker after a failure; those that can save a
   // rescue get the rescue window first (AttemptHooks::rescue).
   void stop_after_failure(Outcome why, std::chrono::milliseconds grace) {
-    const std::chrono::milliseconds window =
-        hooks_.rescue_window ? hooks_.rescue_window() : std::chrono::milliseconds(0);
+    const std::chrono::milliseconds window = delegate_.rescue_window();
     rescuers_.clear();
     for (int lr = 0; lr < static_cast<int>(group_.size()); ++lr) {
-      if (window.count() > 0 && !group_.exited(lr) && hooks_.rescue &&
-          hooks_.rescue(lr) != Rescue::kNone) {
+      if (window.count() > 0 && !group_.exited(lr) && delegate_.rescue(lr) != Rescue::kNone) {
         rescuers_.push_back(lr);
       } else {
         group_.signal_group(lr, config_.shutdown_signal);
@@ -298,7 +314,7 @@ class Attempt {
           auto* self = static_cast<Attempt*>(t->data);
           for (int lr : self->rescuers_) {
             if (self->group_.exited(lr)) continue;
-            if (self->hooks_.rescue(lr) == Rescue::kUnderWay) {
+            if (self->delegate_.rescue(lr) == Rescue::kUnderWay) {
               self->log_->info("worker local rank {} is saving a rescue: left to finish", lr);
             } else {
               self->group_.signal_group(lr, self->config_.shutdown_signal);
@@ -336,6 +352,7 @@ class Attempt {
     uv_timer_stop(&leave_timer_);
     uv_timer_stop(&refill_timer_);
     uv_timer_stop(&rescue_timer_);
+    uv_timer_stop(&monitor_timer_);
     uv_stop(&loop_);
   }
 
@@ -343,17 +360,19 @@ class Attempt {
   supervisor::WorkerGroup group_;
   WarmPool* warm_;
   int restart_count_;
-  AttemptHooks hooks_;
+  AttemptDelegate& delegate_;
+  Inbox* inbox_;  // may be null
   uv_loop_t loop_{};
-  uv_async_t stop_async_{};
+  uv_async_t inbox_async_{};
   std::chrono::milliseconds kill_after_{0};
   std::optional<std::string> stop_reason_;
   uv_signal_t sigchld_{};
   uv_timer_t kill_timer_{};
-  uv_timer_t leave_timer_{};   // signal_means_leave: forwards the signal if nobody stops us
-  uv_timer_t refill_timer_{};  // --warm-start: interpreters for the next attempt
-  uv_timer_t rescue_timer_{};  // the end of the rescue window after a failure
-  std::vector<int> rescuers_;  // local ranks given the rescue window
+  uv_timer_t leave_timer_{};    // signal_means_leave: forwards the signal if nobody stops us
+  uv_timer_t refill_timer_{};   // --warm-start: interpreters for the next attempt
+  uv_timer_t rescue_timer_{};   // the end of the rescue window after a failure
+  uv_timer_t monitor_timer_{};  // --monitor-interval: the delegate's tick
+  std::vector<int> rescuers_;   // local ranks given the rescue window
   std::vector<std::unique_ptr<uv_signal_t>> forwarded_;
   bool stopping_ = false;
   bool done_ = false;
@@ -389,31 +408,8 @@ int run_hook(const char* what, const std::vector<std::string>& cmd,
 
 }  // namespace
 
-void StopChannel::post(std::string reason) {
-  std::lock_guard lock(mu_);
-  if (reason_) return;  // the first reason stands
-  reason_ = std::move(reason);
-  if (async_) uv_async_send(async_);
-}
-
-std::optional<std::string> StopChannel::pending() const {
-  std::lock_guard lock(mu_);
-  return reason_;
-}
-
-void StopChannel::attach(uv_async_t* async) {
-  std::lock_guard lock(mu_);
-  async_ = async;
-  if (reason_) uv_async_send(async_);
-}
-
-void StopChannel::detach() {
-  std::lock_guard lock(mu_);
-  async_ = nullptr;
-}
-
 AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, const Assignment& a,
-                          int attempt_index, const AttemptHooks& hooks) {
+                          int attempt_index, AttemptDelegate& delegate, Inbox* inbox) {
   auto log = util::logger("agent");
   WorkerEnvOptions eo;
   eo.role = config.role;
@@ -453,7 +449,7 @@ AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, co
       run_hook("pre-train", config.pre_train_command, node.base) != 0) {
     log->error("pre-train script failed: the workers of attempt {} do not start", attempt_index);
   } else {
-    Attempt attempt(config, *node.watch, node.warm, a.restart_count, hooks);
+    Attempt attempt(config, *node.watch, node.warm, a.restart_count, delegate, inbox);
     result.outcome = attempt.run(std::move(specs), logs, attempt_dir);
     result.failures = attempt.failures();
     result.stop_signal = attempt.stop_signal();

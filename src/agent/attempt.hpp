@@ -2,22 +2,23 @@
 // together, watched on one libuv loop until every one has exited.
 //
 // The loop carries every event of the attempt: child exits (SIGCHLD),
-// forwarded signals, the shutdown timer, log pipes, and a stop request from
-// another thread (the round ended elsewhere).
+// forwarded signals, the shutdown timer, log pipes, and messages from the
+// owner's helper threads (the round ended elsewhere). What the attempt
+// cannot decide alone (what a failure means for the other nodes, how to
+// tell workers to stop) it asks its delegate, on the loop.
 #pragma once
 
 #include <uv.h>
 
 #include <filesystem>
-#include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "agent/agent.hpp"
+#include "agent/inbox.hpp"
 #include "agent/warm_start.hpp"
 #include "agent/worker_env.hpp"
 #include "supervisor/death_watch.hpp"
@@ -34,60 +35,70 @@ enum class Outcome {
   kStopped,    // stopped on request (the round ended): not a failure
 };
 
-// A request to stop the attempt, posted from any thread. The attempt may not
-// exist yet when it arrives, or have finished: the channel keeps it.
-class StopChannel {
- public:
-  void post(std::string reason);
-  std::optional<std::string> pending() const;
-  // The attempt's loop registers its wakeup while it runs (a pending request
-  // wakes it at once) and removes it before the loop goes away.
-  void attach(uv_async_t* async);
-  void detach();
-
- private:
-  mutable std::mutex mu_;
-  std::optional<std::string> reason_;
-  uv_async_t* async_ = nullptr;
-};
-
-// Where a worker stands with a rescue (AttemptHooks::rescue).
+// Where a worker stands with a rescue (AttemptDelegate::rescue).
 enum class Rescue {
   kNone,      // it cannot save one: it gets --shutdown-signal at once
   kPossible,  // it can (it attached the SDK), and has not begun
   kUnderWay,  // it is writing one
 };
 
-struct AttemptHooks {
-  // On the loop, once, when the first worker fails (before the others are
-  // stopped): the dynamic agent ends the round here so other nodes stop too.
-  std::function<void(const supervisor::WorkerExit&)> on_failure;
-  // On the loop, once, when a handled signal arrives.
-  std::function<void(int signo)> on_signal;
-  // The first handled signal means "this node leaves" (the dynamic agent):
-  // it is not forwarded; on_signal ends the round, and the workers stop as
-  // for any stop request (SIGUSR1 and the agreed step, via tell_stop). If no
-  // stop request comes within --graceful-shutdown-timeout, or a second
-  // signal arrives, the signal is forwarded as usual. The attempt's result
-  // carries the signal either way.
-  bool signal_means_leave = false;
-  // Stop requests from other threads; may be null.
-  StopChannel* stop = nullptr;
-  // How the workers are told to stop on such a request (on the loop): true
-  // when it told them (SIGUSR1 and the agreed step of a resize). False, or
-  // when empty: the round ended by a failure, and the workers are stopped
-  // as after a failure here (below). The attempt SIGKILLs what is left
-  // after --graceful-shutdown-timeout either way.
-  std::function<bool(supervisor::WorkerGroup&)> tell_stop;
+// What the owner of a running attempt may ask of it: on the attempt's loop
+// only (a delegate's callback, or a message from its Inbox).
+class AttemptControl {
+ public:
+  // Stops the workers because the round ended elsewhere, for `reason`: the
+  // delegate's tell_stop() decides how. Only the first request counts, and
+  // none once the attempt is stopping for another reason.
+  virtual void request_stop(const std::string& reason) = 0;
+
+ protected:
+  ~AttemptControl() = default;
+};
+
+// The owner's side of one attempt: the fixed loop's or the dynamic round's.
+// Every method runs on the attempt's loop and must return at once: store
+// traffic goes to the owner's courier, never through here.
+class AttemptDelegate {
+ public:
+  virtual ~AttemptDelegate() = default;
+
+  // The workers have started; `control` stays valid until the attempt returns.
+  virtual void attempt_started(AttemptControl& control) { (void)control; }
+  // Once, when the first worker fails (before the others are stopped).
+  virtual void on_failure(const supervisor::WorkerExit& exit) { (void)exit; }
+  // A handled signal arrived, the first one. True: it means "this node
+  // leaves" (the dynamic agent). Then it is not forwarded; the delegate
+  // ends the round, and the workers stop as for any stop request (SIGUSR1
+  // and the agreed step, via tell_stop). If no stop request comes within
+  // --graceful-shutdown-timeout, or a second signal arrives, it is
+  // forwarded as usual. The attempt's result carries the signal either way.
+  virtual bool on_signal(int signo) {
+    (void)signo;
+    return false;
+  }
+  // A stop request arrived: tell the workers. True when it told them to
+  // stop at an agreed step (SIGUSR1 and the control block of a resize).
+  // False: the round ended by a failure, and the workers are stopped as
+  // after a failure here (below). The attempt SIGKILLs what is left after
+  // --graceful-shutdown-timeout either way.
+  virtual bool tell_stop(supervisor::WorkerGroup& workers) {
+    (void)workers;
+    return false;
+  }
   // After a failure, here or on another node, --shutdown-signal goes to
   // every worker's process group, except that workers which can save a
   // rescue get rescue_window() first: a survivor whose collective fails
   // writes the state of the last step it completed (python/elasticrun/
   // checkpoint.py). One whose rescue is under way by then is left to
   // finish; SIGKILL comes at the grace, counted from the window's end.
-  // Empty, or a zero window: the signal at once, to every worker.
-  std::function<Rescue(int local_rank)> rescue;
-  std::function<std::chrono::milliseconds()> rescue_window;
+  // A zero window: the signal at once, to every worker.
+  virtual Rescue rescue(int local_rank) {
+    (void)local_rank;
+    return Rescue::kNone;
+  }
+  virtual std::chrono::milliseconds rescue_window() { return std::chrono::milliseconds(0); }
+  // Every --monitor-interval while the workers run: progress sampling.
+  virtual void tick(std::chrono::steady_clock::time_point now) { (void)now; }
 };
 
 // What a node knows for every attempt: set up once by run_agent.
@@ -111,8 +122,9 @@ struct AttemptResult {
 
 // Starts this node's workers for `a` (logs and error files under
 // <run_dir>/attempt_<attempt>/), runs the pre/post-train hooks around them,
-// and returns when all have exited.
+// and returns when all have exited. `inbox`, when given, carries messages
+// from the delegate's helper threads to the attempt's loop.
 AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, const Assignment& a,
-                          int attempt, const AttemptHooks& hooks);
+                          int attempt, AttemptDelegate& delegate, Inbox* inbox = nullptr);
 
 }  // namespace elasticrun::agent

@@ -211,6 +211,8 @@ AgentConfig plan_agent(const cli::LaunchConfig& c, const Environment& env) {
   a.role = c.role;
   a.run_id = c.rdzv_id;
   a.max_restarts = c.max_restarts;
+  // torchrun accepts 0 (a busy loop); a tenth of a millisecond is as good.
+  a.monitor_interval = std::max(std::chrono::milliseconds(1), ms(c.monitor_interval));
   a.shutdown_timeout = std::chrono::seconds(c.shutdown_timeout);
   a.signals_to_handle = c.signals_to_handle;
   a.shutdown_signal = c.shutdown_signal;

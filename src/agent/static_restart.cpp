@@ -21,7 +21,10 @@ std::string attempt_key(int attempt, const char* name) {
 }  // namespace
 
 StaticRestarts::StaticRestarts(const AgentConfig& config, int store_port)
-    : config_(config), store_port_(store_port), client_(connect()) {}
+    : config_(config),
+      store_port_(store_port),
+      client_(connect()),
+      courier_(std::make_unique<StoreClient>(connect())) {}
 
 StoreClient StaticRestarts::connect() const {
   StoreClientOptions o;
@@ -52,23 +55,27 @@ int StaticRestarts::worker_store_port(int attempt) {
 }
 
 void StaticRestarts::request_restart(int attempt, const std::string& reason) {
-  try {
-    client_.compare_set(attempt_key(attempt, "restart"), "", reason);
-  } catch (const Error& e) {
-    // The other nodes then learn it from their own workers' failures.
-    util::logger("agent")->warn("could not ask the other nodes to restart: {}", e.what());
-  }
+  courier_.post([key = attempt_key(attempt, "restart"), reason](StoreClient& client) {
+    try {
+      client.compare_set(key, "", reason);
+    } catch (const Error& e) {
+      // The other nodes then learn it from their own workers' failures.
+      util::logger("agent")->warn("could not ask the other nodes to restart: {}", e.what());
+    }
+  });
 }
 
-StaticRestarts::Watch::Watch(const StaticRestarts& owner, int attempt, StopChannel& stop) {
-  // A connection of its own: the attempt's loop uses the owner's meanwhile.
+StaticRestarts::Watch::Watch(const StaticRestarts& owner, int attempt, Inbox& inbox) {
+  // A connection of its own: the agent's main thread uses the owner's meanwhile.
   auto client = std::make_shared<StoreClient>(owner.connect());
-  thread_ = std::thread([this, client, attempt, &stop] {
+  thread_ = rendezvous::start_quiet_thread([this, client, attempt, &inbox] {
     const std::string key = attempt_key(attempt, "restart");
     while (!done_.load()) {
       try {
         client->wait({key}, kPoll);
-        stop.post("restart requested: " + client->get_present(key));
+        inbox.post([why = "restart requested: " + client->get_present(key)](AttemptControl& c) {
+          c.request_stop(why);
+        });
         return;
       } catch (const TimeoutError&) {
       } catch (const Error& e) {

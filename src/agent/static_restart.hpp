@@ -27,6 +27,7 @@
 
 #include "agent/agent.hpp"
 #include "agent/attempt.hpp"
+#include "agent/courier.hpp"
 #include "elasticrun/store_client.hpp"
 
 namespace elasticrun::agent {
@@ -43,14 +44,16 @@ class StaticRestarts {
   int worker_store_port(int attempt);
 
   // Asks every node to restart attempt's workers; the first reason wins.
-  // On the calling thread (the attempt's loop).
+  // Returns at once (the attempt's loop calls it): the courier writes it.
   void request_restart(int attempt, const std::string& reason);
+  // Waits until the requests made so far are written (or failed).
+  void flush() { courier_.drain(); }
 
   // While one attempt runs: posts the first node's restart request for it
-  // to `stop`, so that this node's workers stop too.
+  // to the attempt's inbox, so that this node's workers stop too.
   class Watch {
    public:
-    Watch(const StaticRestarts& owner, int attempt, StopChannel& stop);
+    Watch(const StaticRestarts& owner, int attempt, Inbox& inbox);
     ~Watch();  // returns within one poll interval
     Watch(const Watch&) = delete;
     Watch& operator=(const Watch&) = delete;
@@ -65,7 +68,8 @@ class StaticRestarts {
 
   const AgentConfig& config_;
   int store_port_;
-  StoreClient client_;
+  StoreClient client_;            // the agent's main thread's
+  Courier<StoreClient> courier_;  // restart requests, off the loop
 };
 
 }  // namespace elasticrun::agent

@@ -53,8 +53,11 @@ EndRecord to_end_record(const elastic::Decision& d, const RendezvousConfig& c) {
 
 }  // namespace
 
-RoundWatch::RoundWatch(const RendezvousConfig& config, WatchOptions options)
-    : options_(std::move(options)), rdzv_(std::make_unique<Rendezvous>(config)) {
+RoundWatch::RoundWatch(const RendezvousConfig& config, WatchOptions options,
+                       RoundListener& listener)
+    : options_(std::move(options)),
+      listener_(listener),
+      rdzv_(std::make_unique<Rendezvous>(config)) {
   thread_ = start_quiet_thread([this] { run(); });
 }
 
@@ -81,11 +84,10 @@ void RoundWatch::run() {
     }
     while (!stop_.load()) {
       if (auto end = rdzv_->wait_end(a.round, c.heartbeat_interval)) {
-        if (!stop_.load()) options_.on_end(*end, *rdzv_);
+        if (!stop_.load()) listener_.round_ended(*end);
         return;
       }
       if (stop_.load()) return;
-      if (options_.on_tick) options_.on_tick();
       if (leader) {
         lead(members, *policy);
       } else {
@@ -102,7 +104,7 @@ void RoundWatch::run() {
     EndRecord lost;
     lost.kind = EndKind::kRestart;
     lost.reason = std::string("this node lost the rendezvous store: ") + e.what();
-    options_.on_end(lost, *rdzv_);
+    listener_.round_ended(lost);
   }
 }
 

@@ -14,7 +14,6 @@
 #pragma once
 
 #include <atomic>
-#include <functional>
 #include <memory>
 #include <thread>
 
@@ -24,22 +23,28 @@
 
 namespace elasticrun::rendezvous {
 
+// Who hears that the round ended.
+class RoundListener {
+ public:
+  // Once, on the watch thread, with the record that ended the round (or,
+  // when the store was lost, a restart record saying so). It must only
+  // hand the record on (post it to its owner's loop), not block.
+  virtual void round_ended(const EndRecord& record) = 0;
+
+ protected:
+  ~RoundListener() = default;
+};
+
 struct WatchOptions {
   Assignment assignment;
   elastic::PolicyConfig policy;
-  // Called once, on the watch thread, with the record that ended the round
-  // and the watch's own connection (for follow-up work such as agreeing on
-  // the stop step; the agent's other connections belong to other threads).
-  std::function<void(const EndRecord&, Rendezvous&)> on_end;
-  // Called on the watch thread once per heartbeat interval while the round
-  // runs (sampling worker progress); may be empty.
-  std::function<void()> on_tick;
 };
 
 class RoundWatch {
  public:
-  // Connects its own store client and starts the thread. Throws NetworkError.
-  RoundWatch(const RendezvousConfig& config, WatchOptions options);
+  // Connects its own store client and starts the thread; `listener` must
+  // outlive the watch. Throws NetworkError.
+  RoundWatch(const RendezvousConfig& config, WatchOptions options, RoundListener& listener);
   // Stops the thread; returns within one heartbeat interval.
   ~RoundWatch();
   RoundWatch(const RoundWatch&) = delete;
@@ -51,6 +56,7 @@ class RoundWatch {
   void follow();
 
   WatchOptions options_;
+  RoundListener& listener_;
   std::unique_ptr<Rendezvous> rdzv_;  // the thread's own connection
   std::atomic<bool> stop_{false};
   std::thread thread_;

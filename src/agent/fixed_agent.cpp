@@ -1,0 +1,164 @@
+#include "agent/fixed_agent.hpp"
+
+#include <memory>
+
+#include "agent/addresses.hpp"
+#include "agent/attempt.hpp"
+#include "agent/embedded_store.hpp"
+#include "agent/failure_report.hpp"
+#include "agent/static_restart.hpp"
+#include "elasticrun/errors.hpp"
+#include "elasticrun/store_client.hpp"
+#include "util/logging.hpp"
+
+namespace elasticrun::agent {
+
+namespace {
+
+using supervisor::WorkerExit;
+
+void wait_at_exit_barrier(const AgentConfig& c, int store_port);
+
+// Every agent of a multi-node job waits here until all have finished, so
+// that the node hosting the store does not take it away from the others.
+void exit_barrier(const AgentConfig& c, int store_port) {
+  if (c.nnodes <= 1) return;
+  auto log = util::logger("agent");
+  log->info("waiting up to {} s for the other agents at the exit barrier",
+            std::chrono::duration_cast<std::chrono::seconds>(c.exit_barrier_timeout).count());
+  try {
+    wait_at_exit_barrier(c, store_port);
+  } catch (const Error& e) {
+    // As torchrun: this node's workers succeeded, so the run did; a peer
+    // that never arrives is its own failure.
+    log->error("error waiting on the exit barrier: {}", e.what());
+  }
+}
+
+void wait_at_exit_barrier(const AgentConfig& c, int store_port) {
+  StoreClientOptions opts;
+  opts.key_prefix = "/elasticrun/" + c.run_id + "/";
+  opts.connect_timeout = c.join_timeout;
+  auto client = StoreClient::connect(c.master_addr, static_cast<uint16_t>(store_port), opts);
+  const int64_t arrived = client.add("exit_barrier/count", 1);
+  if (arrived >= c.nnodes) {
+    client.set("exit_barrier/done", "1");
+  } else {
+    client.wait({"exit_barrier/done"}, c.exit_barrier_timeout);
+  }
+}
+
+// One attempt of a fixed job: a failure here asks the other nodes of a
+// static multi-node job to restart too (through the restarts' courier).
+class FixedRound final : public AttemptDelegate {
+ public:
+  FixedRound(StaticRestarts* restarts, int attempt, int node_rank)
+      : restarts_(restarts), attempt_(attempt), node_rank_(node_rank) {}
+
+  void on_failure(const WorkerExit& e) override {
+    if (!restarts_) return;
+    restarts_->request_restart(attempt_, "node rank " + std::to_string(node_rank_) +
+                                             ": local rank " + std::to_string(e.local_rank) + " " +
+                                             e.describe());
+  }
+
+ private:
+  StaticRestarts* restarts_;  // null: nobody else to tell
+  int attempt_;
+  int node_rank_;
+};
+
+}  // namespace
+
+// The static and standalone backends: the node's place is fixed by the
+// flags; each attempt restarts this node's workers in the same place.
+int run_fixed(const AgentConfig& config, const NodeContext& node) {
+  auto log = util::logger("agent");
+  // The node hosting the store keeps it for the whole run; standalone jobs
+  // get a fresh store each attempt, so a restarted job never reads keys of
+  // the attempt before (PyTorch workers do not namespace them).
+  std::unique_ptr<EmbeddedStore> job_store;
+  if (!config.standalone && config.node_rank == 0) {
+    job_store = std::make_unique<EmbeddedStore>(config.master_addr, config.master_port);
+  }
+  const int job_store_port = job_store ? job_store->port() : config.master_port;
+  // Several nodes restart together, each attempt on a store of its own
+  // (static_restart.hpp says why torchrun's way does not work).
+  std::unique_ptr<StaticRestarts> restarts;
+  if (!config.standalone && config.nnodes > 1 && config.max_restarts > 0) {
+    restarts = std::make_unique<StaticRestarts>(config, job_store_port);
+  }
+  // Where "localhost" points, looked up once: a restart should not wait on
+  // the resolver.
+  const std::string standalone_bind = config.standalone ? resolve_numeric("localhost") : "";
+  // The store of the attempt before, stopping on its own thread while the
+  // next attempt starts; joined when it is replaced or at exit.
+  std::unique_ptr<EmbeddedStore> retired_store;
+  for (int restart = 0;; ++restart) {
+    std::unique_ptr<EmbeddedStore> attempt_store;
+    Assignment a;
+    a.group_rank = config.node_rank;
+    a.group_world_size = config.nnodes;
+    a.local_world_size = config.nproc_per_node;
+    a.rank_offset = config.node_rank * config.nproc_per_node;
+    a.world_size = config.nnodes * config.nproc_per_node;
+    a.restart_count = restart;
+    if (config.standalone) {
+      // torchrun gives standalone workers MASTER_ADDR=localhost; binding the
+      // name puts the store on the address the workers' lookup finds first.
+      attempt_store = std::make_unique<EmbeddedStore>(standalone_bind, 0);
+      a.master_addr = "localhost";
+      a.master_port = attempt_store->port();
+    } else {
+      a.master_addr = config.master_addr;
+      a.master_port = job_store_port;
+      if (restarts && restart > 0) {
+        if (job_store) {
+          attempt_store = std::make_unique<EmbeddedStore>(config.master_addr, 0);
+          restarts->publish_worker_store(restart, attempt_store->port());
+          a.master_port = attempt_store->port();
+        } else {
+          a.master_port = restarts->worker_store_port(restart);
+        }
+      }
+    }
+
+    FixedRound round(restarts.get(), restart, config.node_rank);
+    Inbox inbox;
+    std::unique_ptr<StaticRestarts::Watch> watch;
+    if (restarts) watch = std::make_unique<StaticRestarts::Watch>(*restarts, restart, inbox);
+    AttemptResult r = run_attempt(config, node, a, restart, round, &inbox);
+    watch.reset();
+    if (r.outcome == Outcome::kSucceeded) {
+      exit_barrier(config, job_store_port);
+      log->info("all {} worker(s) succeeded", config.nproc_per_node);
+      return 0;
+    }
+    if (r.outcome == Outcome::kSignaled) return 128 + r.stop_signal;
+    if (restarts && r.outcome == Outcome::kFailed && r.failures.empty()) {
+      restarts->request_restart(restart, "node rank " + std::to_string(config.node_rank) +
+                                             ": the pre-train script failed");
+    }
+    // The other nodes must see this node's request before it starts again.
+    if (restarts) restarts->flush();
+    if (restart < config.max_restarts) {
+      log->warn("restarting workers ({} of {} restarts used)", restart + 1, config.max_restarts);
+      if (attempt_store) {
+        attempt_store->request_stop();
+        retired_store = std::move(attempt_store);
+      }
+      continue;
+    }
+    if (r.outcome == Outcome::kStopped) {
+      log->error("the workers were stopped ({}) and no restart is left",
+                 r.stop_reason.value_or("no reason given"));
+      return 1;
+    }
+    if (r.failures.empty()) return 1;  // the pre-train script failed; already logged
+    FailureReport report{config.script_name, r.failures, r.error_files, config.agent_error_file};
+    report.print(a.rank_offset);
+    return 1;
+  }
+}
+
+}  // namespace elasticrun::agent

@@ -1,0 +1,239 @@
+#include "agent/round.hpp"
+
+#include <signal.h>
+
+#include <algorithm>
+
+#include "elastic/policy.hpp"
+#include "elasticrun/errors.hpp"
+#include "util/logging.hpp"
+
+namespace elasticrun::agent {
+namespace {
+
+using rendezvous::EndKind;
+using rendezvous::EndRecord;
+
+control::EventKind event_kind(EndKind k) {
+  switch (k) {
+    case EndKind::kScaleUp:
+      return control::EventKind::scale_up;
+    case EndKind::kScaleDown:
+      return control::EventKind::scale_down;
+    case EndKind::kReplace:
+      return control::EventKind::replace;
+    case EndKind::kRestart:
+      return control::EventKind::restart;
+    case EndKind::kFail:
+    case EndKind::kDone:
+      return control::EventKind::shutdown;
+  }
+  return control::EventKind::shutdown;
+}
+
+// Voluntary events leave every member alive and its collectives working:
+// the workers can all stop at one agreed step and checkpoint. After a loss
+// or a failure the collectives are broken and there is no such step.
+bool voluntary(EndKind k) {
+  return k == EndKind::kScaleUp || k == EndKind::kScaleDown;
+}
+
+// The least time after a failure before workers that can save a rescue get
+// --shutdown-signal (Round::rescue_window).
+constexpr std::chrono::milliseconds kMinRescueWindow{1000};
+// How far ahead of the fastest rank the agreed stop step must be when the
+// workers read it (Rendezvous::agree_stop_step).
+constexpr std::chrono::milliseconds kStopStepLead{250};
+
+}  // namespace
+
+std::string describe(const EndRecord& r) {
+  std::string s = std::string("the round ended (") + rendezvous::to_string(r.kind) + ")";
+  if (!r.reason.empty()) s += ": " + r.reason;
+  return s;
+}
+
+Round::Round(const AgentConfig& config, const rendezvous::RendezvousConfig& rc,
+             const rendezvous::Assignment& place, control::ControlBlock* control, Courier& courier)
+    : config_(config), rc_(rc), place_(place), control_(control), courier_(courier) {
+  if (control_) control_->reset(place_.round);
+  rendezvous::WatchOptions wo;
+  wo.assignment = place_;
+  wo.policy = config_.policy;
+  watch_ = std::make_unique<rendezvous::RoundWatch>(rc_, wo, *this);
+}
+
+// The watch goes first (the member order says so): it may be posting.
+Round::~Round() = default;
+
+void Round::round_ended(const EndRecord& record) {
+  inbox_->post([this, record](AttemptControl& c) { ended(record, c); });
+}
+
+void Round::ended(const EndRecord& record, AttemptControl& control) {
+  if (end_) return;
+  end_ = record;
+  if (voluntary(record.kind) && control_) {
+    // Every member posts its node's highest step and rate; the last sets
+    // the stop step. The answer comes back as a message.
+    const uint64_t round = place_.round;
+    const int members = place_.group_world_size;
+    const int64_t max_step = control_->max_step();
+    const double rate = rate_.per_second();
+    const auto budget = rc_.rejoin_timeout;
+    courier_.post([this, inbox = inbox_, round, members, max_step, rate,
+                   budget](rendezvous::Rendezvous& r) {
+      auto log = util::logger("agent");
+      try {
+        const auto stop = r.agree_stop_step(round, members, max_step, rate, kStopStepLead, budget);
+        if (!stop) {
+          log->warn(
+              "round {}: no agreed stop step (a member did not answer); workers are "
+              "stopped at the graceful shutdown timeout",
+              round);
+          return;
+        }
+        inbox->post([this, step = *stop](AttemptControl&) { stop_step_agreed(step); });
+      } catch (const Error& e) {
+        log->warn("round {}: agreeing on the stop step failed: {}", round, e.what());
+      }
+    });
+  }
+  control.request_stop(describe(record));
+}
+
+void Round::stop_step_agreed(int64_t step) {
+  agreed_stop_ = step;
+  if (control_) control_->set_stop_step(step);
+  util::logger("agent")->info("round {}: every worker stops at step {}", place_.round, step);
+}
+
+// The round ended: workers that attached the SDK learn it from the control
+// block and SIGUSR1 and stop at the agreed step (it follows shortly); the
+// others get --shutdown-signal, as under torchrun, and resume from their
+// own checkpoint in the next round. False when the round ended by a
+// failure or a loss: there is no agreed step, and the attempt stops the
+// workers as after a failure (rescue, rescue_window).
+bool Round::tell_stop(supervisor::WorkerGroup& g) {
+  const bool graceful = control_ && end_ && voluntary(end_->kind);
+  if (control_ && end_) {
+    control::ControlBlock::Event ev;
+    ev.generation = place_.round;
+    ev.kind = event_kind(end_->kind);
+    ev.next_world_size = end_->target > 0 ? end_->target * config_.nproc_per_node : -1;
+    ev.deadline_unix_ms = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(
+            (std::chrono::system_clock::now() + config_.graceful_shutdown_timeout)
+                .time_since_epoch())
+            .count());
+    ev.reason = end_->reason;
+    ev.stop_step = agreed_stop_;
+    control_->publish_event(ev);
+  }
+  if (!graceful) return false;
+  int told = 0;
+  for (int lr = 0; lr < static_cast<int>(g.size()); ++lr) {
+    if (control_->attached(lr)) {
+      g.signal_one(lr, SIGUSR1);
+      ++told;
+    } else {
+      // Its process group: whatever the worker forked goes with it.
+      g.signal_group(lr, config_.shutdown_signal);
+    }
+  }
+  if (told > 0) {
+    util::logger("agent")->info("{} worker(s) told to checkpoint and stop (SIGUSR1, control block)",
+                                told);
+  }
+  return true;
+}
+
+// Workers that attached the SDK can save a rescue after a failure; one that
+// marked itself stopped (checkpointing) is saving it.
+Rescue Round::rescue(int local_rank) {
+  if (!control_) return Rescue::kNone;
+  const uint32_t flags = control_->read_slot(local_rank).flags;
+  if ((flags & control::kFlagAttached) == 0) return Rescue::kNone;
+  return (flags & control::kFlagStopped) != 0 ? Rescue::kUnderWay : Rescue::kPossible;
+}
+
+// Long enough for a survivor to reach its next collective, find it broken
+// and begin its rescue: two steps at the rate this node's workers stepped,
+// at least kMinRescueWindow, at most --graceful-shutdown-timeout.
+std::chrono::milliseconds Round::rescue_window() {
+  const double rate = rate_.per_second();
+  auto window = kMinRescueWindow;
+  if (rate > 0) {
+    window = std::max(window, std::chrono::milliseconds(static_cast<int64_t>(2000.0 / rate)));
+  }
+  return std::min(window, config_.graceful_shutdown_timeout);
+}
+
+void Round::tick(std::chrono::steady_clock::time_point now) {
+  if (control_) rate_.sample(now, control_->max_step());
+}
+
+// Ends the round for everyone (unless someone else did first), on the courier.
+void Round::end_round(EndRecord record, std::string log_line) {
+  courier_.post([round = place_.round, record = std::move(record),
+                 log_line = std::move(log_line)](rendezvous::Rendezvous& r) {
+    try {
+      const EndRecord now = r.end_round(round, record);
+      if (now.serialize() == record.serialize()) {
+        util::logger("agent")->warn("round {}: {}", round, log_line);
+      }
+    } catch (const Error& e) {
+      util::logger("agent")->error("cannot tell the other nodes that {}: {}", log_line, e.what());
+    }
+  });
+}
+
+// A worker of this node failed: end the round for everyone at once. The
+// next round's closer decides whether it costs a restart (it does not when
+// a member was lost: the lost node's peers fail in their collectives before
+// anyone can tell) and fails the job when --max-restarts is spent.
+void Round::on_failure(const supervisor::WorkerExit& exit) {
+  fail(exit.describe());
+}
+
+void Round::fail(const std::string& what) {
+  EndRecord rec;
+  rec.kind = EndKind::kRestart;
+  rec.target = place_.group_world_size;
+  rec.survivors = place_.group_world_size;
+  rec.wait = rc_.rejoin_timeout;
+  rec.reason = "a worker on " + rc_.host + " failed (" + what + ")";
+  end_round(rec, rec.reason + "; ending the round");
+}
+
+// A handled signal reached the agent: this node is going away (a spot
+// notice, a preemption). The others continue without it.
+bool Round::on_signal(int signo) {
+  courier_.post([round = place_.round, members = place_.group_world_size, rc = rc_,
+                 policy = config_.policy,
+                 signal = supervisor::signal_name(signo)](rendezvous::Rendezvous& r) {
+    try {
+      r.announce_leaving(round);
+      elastic::Policy p(policy);
+      elastic::Observation o;
+      o.current = members;
+      o.waiting = r.waiting_after(round);
+      o.leaving = 1;
+      const elastic::Decision d = p.decide(o);
+      EndRecord rec;
+      rec.kind = EndKind::kScaleDown;
+      rec.target = d.target > 0 ? d.target : std::max(members - 1, 1);
+      rec.survivors = members - 1;
+      rec.wait = rc.rejoin_timeout;
+      rec.reason = rc.host + " received " + signal + " and leaves the job";
+      r.end_round(round, rec);
+      util::logger("agent")->warn("round {}: {}", round, rec.reason);
+    } catch (const Error& e) {
+      util::logger("agent")->error("cannot tell the other nodes that this node leaves: {}",
+                                   e.what());
+    }
+  });
+  return true;
+}
+
+}  // namespace elasticrun::agent
