@@ -6,8 +6,12 @@ elastic_event_detected() to learn that the job is being resized:
     import elasticrun
     elasticrun.attach()
     for step in range(start, total):
-        train_step(...)
-        elasticrun.step(step)
+        with elasticrun.compute():        # optional: what the straggler monitor compares
+            loss = train_step(...)
+        elasticrun.step(step, loss=loss)  # the hang and non-finite-loss monitors read it
+        if step % 1000 == 0:
+            with elasticrun.section("eval", timeout=1800):   # long, and not a hang
+                evaluate()
         if elasticrun.elastic_event_detected():
             save_checkpoint(step)
             elasticrun.saved()
@@ -31,13 +35,20 @@ State is per process and read from the environment on first use
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
+import math
 import os
 import signal
-from typing import Optional
+import time
+from typing import Iterator, Optional
 
 from ._control import (
     FLAG_ATTACHED,
+    FLAG_IN_SECTION,
+    FLAG_LOSS_NONFINITE,
     FLAG_SAVED,
+    FLAG_STACKS,
     FLAG_STOPPED,
     ControlBlock,
     ControlBlockError,
@@ -66,6 +77,8 @@ __all__ = [
     "report",
     "stopped",
     "saved",
+    "compute",
+    "section",
     "ControlBlock",
     "ControlBlockError",
     "Event",
@@ -74,6 +87,9 @@ __all__ = [
     "FLAG_ATTACHED",
     "FLAG_STOPPED",
     "FLAG_SAVED",
+    "FLAG_IN_SECTION",
+    "FLAG_LOSS_NONFINITE",
+    "FLAG_STACKS",
     "BatchPlan",
     "plan_batches",
     "admissible_world_sizes",
@@ -95,6 +111,10 @@ def __getattr__(name: str):
 
 CONTROL_FILE_ENV = "ELASTICRUN_CONTROL_FILE"
 COORDINATION_ENV = "HYPERPOD_SIGNAL_COORDINATION"
+# Where and on which signal the agent asks for this worker's Python stacks
+# (a hang it is about to act on); the agent sets both, per local rank.
+STACK_FILE_ENV = "ELASTICRUN_STACK_FILE"
+STACK_SIGNAL_ENV = "ELASTICRUN_STACK_SIGNAL"
 
 
 class _Session:
@@ -108,6 +128,9 @@ class _Session:
         self.signalled = False
         self.previous_handler = None
         self.last_step: Optional[int] = None
+        self.compute_s: Optional[float] = None  # timed by compute(), for the next step()
+        self.sections: list[tuple[str, int]] = []  # open section() blocks, innermost last
+        self.stack_file = None  # kept open: faulthandler writes to its descriptor
 
     def open_block(self) -> Optional[ControlBlock]:
         if self.block is None and self.control_file is not None:
@@ -148,20 +171,95 @@ def attach() -> bool:
         if previous is not _on_sigusr1:
             session.previous_handler = previous
         block = session.open_block()
+        flags = FLAG_ATTACHED
+        if block is not None and _register_stack_dump(session):
+            flags |= FLAG_STACKS
         if block is not None:
-            block.set_flags(session.local_rank, FLAG_ATTACHED)
+            block.set_flags(session.local_rank, flags)
         session.attached = True
     return session.block is not None
 
 
+def _register_stack_dump(session: "_Session") -> bool:
+    """Lets the agent ask for this process's Python stacks: faulthandler
+    writes every thread's stack to ELASTICRUN_STACK_FILE from a C-level
+    signal handler, so it works while the main thread is blocked inside a
+    collective. True when registered."""
+    path = os.environ.get(STACK_FILE_ENV)
+    signum = os.environ.get(STACK_SIGNAL_ENV)
+    if not path or not signum:
+        return False
+    try:
+        session.stack_file = open(path, "a", buffering=1)
+        faulthandler.register(int(signum), file=session.stack_file, all_threads=True, chain=False)
+    except (OSError, ValueError, RuntimeError):
+        # The agent then falls back to py-spy, or reports no stack.
+        return False
+    return True
+
+
 def step(n: int, loss: Optional[float] = None, tokens_per_s: Optional[float] = None) -> None:
     """Publishes that this rank finished step n (into the mapped block; no
-    system call). Metrics left as None keep the last reported values."""
+    system call). Metrics left as None keep the last reported values. A
+    loss that is NaN or infinite is flagged: the agent's non-finite-loss
+    monitor acts on it. The time the last compute() block took goes with
+    the step."""
     session = _get()
     session.last_step = n
     block = session.open_block()
+    if block is None:
+        session.compute_s = None
+        return
+    flags = None
+    if loss is not None:
+        loss = float(loss)
+        old = block.read_slot(session.local_rank).flags
+        flags = old & ~FLAG_LOSS_NONFINITE if math.isfinite(loss) else old | FLAG_LOSS_NONFINITE
+    compute_us = None
+    if session.compute_s is not None:
+        compute_us = max(1, int(session.compute_s * 1e6))
+        session.compute_s = None
+    block.write_slot(session.local_rank, n, loss, tokens_per_s, flags=flags, compute_us=compute_us)
+
+
+@contextlib.contextmanager
+def compute() -> Iterator[None]:
+    """Times the block (the step's own work, without waiting for peers): the
+    next step() publishes it, and the agents compare it across nodes to
+    find a straggler. Wall time: on a GPU, end the block with a
+    synchronisation (e.g. the loss's .item()) so that it counts the
+    kernels, not their launch."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        _get().compute_s = time.perf_counter() - start
+
+
+@contextlib.contextmanager
+def section(name: str, timeout: Optional[float] = None) -> Iterator[None]:
+    """Marks a long stretch that is not a hang (evaluation, a checkpoint
+    save): the agent's hang monitor expects no step until it ends. With
+    timeout (seconds), a section that lasts longer is a hang itself;
+    without, the section is never one. Mark it on every rank that waits
+    in it (ranks blocked in a barrier while rank 0 evaluates make no
+    progress either). Sections nest; the innermost is the one shown."""
+    session = _get()
+    limit = 0 if timeout is None else max(1, int(math.ceil(timeout)))
+    block = session.open_block()
+    session.sections.append((name, limit))
     if block is not None:
-        block.write_slot(session.local_rank, n, loss, tokens_per_s)
+        block.set_section(session.local_rank, name, limit)
+    try:
+        yield
+    finally:
+        session.sections.pop()
+        if block is not None:
+            if session.sections:
+                outer, outer_limit = session.sections[-1]
+                block.set_section(session.local_rank, outer, outer_limit)
+            else:
+                block.set_section(session.local_rank, None)
 
 
 def signal_received() -> bool:

@@ -40,6 +40,10 @@ REASON_SIZE = 128
 FLAG_ATTACHED = 1 << 0  # an SDK opened the block and handles SIGUSR1
 FLAG_STOPPED = 1 << 1  # reached the stop step, checkpointing
 FLAG_SAVED = 1 << 2  # its checkpoint shard is written
+FLAG_IN_SECTION = 1 << 3  # in a marked section (evaluation, a save): no step is due
+FLAG_LOSS_NONFINITE = 1 << 4  # the last loss reported was NaN or infinite
+FLAG_STACKS = 1 << 5  # dumps its Python stacks on ELASTICRUN_STACK_SIGNAL
+SECTION_NAME_SIZE = 8  # bytes of a section's name the slot keeps
 
 # How long a reader retries while a seqlock stays odd at one value (its
 # writer died mid-update, or is descheduled that long); then it takes what it
@@ -51,10 +55,9 @@ _PREFIX = struct.Struct("<6I")  # magic, version, header_size, slot_size, num_sl
 _EVENT = struct.Struct("<QQqIiQ%ds" % REASON_SIZE)
 _EVENT_OFFSET = 32
 _HEADER_SEQ = 24 // 8  # index into the "Q" view
-# step, timestamp_ns, loss, tokens_per_s, flags, pid
-_SLOT = struct.Struct("<qQddII")
+# step, timestamp_ns, loss, tokens_per_s, flags, pid, compute_us, section_limit_s, section
+_SLOT = struct.Struct("<qQddIIII8s")
 _SLOT_DATA = 8  # offset of step inside a slot
-_METRICS = struct.Struct("<ddI")  # loss, tokens_per_s, flags (offset 24 inside a slot)
 
 if sys.byteorder != "little":  # pragma: no cover
     raise ImportError("the elasticrun control block is little-endian; this host is not")
@@ -95,10 +98,18 @@ class Event(NamedTuple):
 class Slot(NamedTuple):
     step: int  # -1: none published yet
     timestamp_ns: int
-    loss: float  # NaN: none
+    loss: float  # NaN: none (FLAG_LOSS_NONFINITE says when it was reported so)
     tokens_per_s: float  # NaN: none
     flags: int
     pid: int
+    compute_us: int = 0  # the last step's compute time; 0: none
+    section_limit_s: int = 0  # FLAG_IN_SECTION: the section's own limit; 0: none
+    section: str = ""  # FLAG_IN_SECTION: its name (at most SECTION_NAME_SIZE bytes)
+
+
+def _slot(fields) -> Slot:
+    *head, name = fields
+    return Slot(*head, name.split(b"\0", 1)[0].decode("utf-8", errors="replace"))
 
 
 class ControlBlockError(Exception):
@@ -230,7 +241,7 @@ class ControlBlock:
         _, fields = self._read_consistent(
             (HEADER_SIZE + SLOT_SIZE * local_rank) // 8, lambda: _SLOT.unpack_from(self._mm, off)
         )
-        return Slot(*fields)
+        return _slot(fields)
 
     def write_slot(
         self,
@@ -240,19 +251,20 @@ class ControlBlock:
         tokens_per_s: Optional[float] = None,
         flags: Optional[int] = None,
         timestamp_ns: Optional[int] = None,
+        compute_us: Optional[int] = None,
     ) -> None:
         """Publishes step (with the time now, CLOCK_REALTIME) as one seqlock
-        update. loss, tokens_per_s and flags left as None keep the slot's
-        values (the last reported metrics); pass float('nan') to clear a
+        update. loss, tokens_per_s, flags and compute_us left as None keep the
+        slot's values (the last reported metrics); pass float('nan') to clear a
         metric. Only this slot's owner may call it."""
         self._check_rank(local_rank)
         base = HEADER_SIZE + SLOT_SIZE * local_rank
-        if loss is None or tokens_per_s is None or flags is None:
-            # We are the slot's only writer: our own last values need no lock.
-            old_loss, old_tps, old_flags = _METRICS.unpack_from(self._mm, base + 24)
-            loss = old_loss if loss is None else loss
-            tokens_per_s = old_tps if tokens_per_s is None else tokens_per_s
-            flags = old_flags if flags is None else flags
+        # We are the slot's only writer: our own last values need no lock.
+        old = _SLOT.unpack_from(self._mm, base + _SLOT_DATA)
+        loss = old[2] if loss is None else loss
+        tokens_per_s = old[3] if tokens_per_s is None else tokens_per_s
+        flags = old[4] if flags is None else flags
+        compute_us = old[6] if compute_us is None else max(0, min(int(compute_us), 0xFFFFFFFF))
         data = _SLOT.pack(
             step,
             time.time_ns() if timestamp_ns is None else timestamp_ns,
@@ -260,6 +272,9 @@ class ControlBlock:
             tokens_per_s,
             flags,
             self._pid,
+            compute_us,
+            old[7],
+            old[8],
         )
         self._publish(base, data)
 
@@ -267,9 +282,26 @@ class ControlBlock:
         """Sets and clears flag bits of the own slot; the step is kept."""
         self._check_rank(local_rank)
         base = HEADER_SIZE + SLOT_SIZE * local_rank
-        step, ts, loss, tps, flags, _ = _SLOT.unpack_from(self._mm, base + _SLOT_DATA)
-        flags = (flags | set_bits) & ~clear_bits
-        self._publish(base, _SLOT.pack(step, ts, loss, tps, flags, self._pid))
+        fields = list(_SLOT.unpack_from(self._mm, base + _SLOT_DATA))
+        fields[4] = (fields[4] | set_bits) & ~clear_bits
+        fields[5] = self._pid
+        self._publish(base, _SLOT.pack(*fields))
+
+    def set_section(self, local_rank: int, name: Optional[str], limit_s: int = 0) -> None:
+        """Marks the own slot as in the section `name` (limit_s: its own
+        limit in seconds, 0 for none), or out of any section with None."""
+        self._check_rank(local_rank)
+        base = HEADER_SIZE + SLOT_SIZE * local_rank
+        fields = list(_SLOT.unpack_from(self._mm, base + _SLOT_DATA))
+        if name is None:
+            fields[4] &= ~FLAG_IN_SECTION
+            fields[7], fields[8] = 0, b""
+        else:
+            fields[4] |= FLAG_IN_SECTION
+            fields[7] = max(0, min(int(limit_s), 0xFFFFFFFF))
+            fields[8] = _cut_utf8(name.encode("utf-8"), SECTION_NAME_SIZE)
+        fields[5] = self._pid
+        self._publish(base, _SLOT.pack(*fields))
 
     def _publish(self, base: int, data: bytes) -> None:
         q = self._q
@@ -285,3 +317,13 @@ class ControlBlock:
 
     def max_step(self) -> int:
         return max(self.read_slot(i).step for i in range(self.num_slots))
+
+
+def _cut_utf8(data: bytes, limit: int) -> bytes:
+    """data cut to at most `limit` bytes without splitting a UTF-8 character."""
+    if len(data) <= limit:
+        return data
+    cut = limit
+    while cut > 0 and (data[cut] & 0xC0) == 0x80:
+        cut -= 1
+    return data[:cut]

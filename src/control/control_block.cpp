@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cerrno>
@@ -69,7 +70,9 @@ struct Slot {
   uint64_t tokens_per_s;
   uint32_t flags;
   uint32_t pid;
-  uint8_t pad[16];
+  uint32_t compute_us;
+  uint32_t section_limit_s;
+  uint64_t section_name;  // char[8] on disk, as a word for one atomic copy
 };
 
 static_assert(std::atomic_ref<uint64_t>::is_always_lock_free &&
@@ -185,6 +188,9 @@ static_assert(offsetof(Slot, loss) == 24);
 static_assert(offsetof(Slot, tokens_per_s) == 32);
 static_assert(offsetof(Slot, flags) == 40);
 static_assert(offsetof(Slot, pid) == 44);
+static_assert(offsetof(Slot, compute_us) == 48);
+static_assert(offsetof(Slot, section_limit_s) == 52);
+static_assert(offsetof(Slot, section_name) == 56);
 
 const char* to_string(EventKind kind) {
   switch (kind) {
@@ -420,6 +426,7 @@ uint64_t ControlBlock::header_seq() const {
 ControlBlock::SlotView ControlBlock::read_slot(int local_rank) const {
   const Slot* s = static_cast<Slot*>(slot_bytes(local_rank));
   SlotView v;
+  uint64_t name = 0;
   read_consistent(s->seq, stuck_timeout_, [&] {
     v.step = load(s->step, std::memory_order_acquire);
     v.timestamp_ns = load(s->timestamp_ns, std::memory_order_acquire);
@@ -427,7 +434,13 @@ ControlBlock::SlotView ControlBlock::read_slot(int local_rank) const {
     v.tokens_per_s = std::bit_cast<double>(load(s->tokens_per_s, std::memory_order_acquire));
     v.flags = load(s->flags, std::memory_order_acquire);
     v.pid = load(s->pid, std::memory_order_acquire);
+    v.compute_us = load(s->compute_us, std::memory_order_acquire);
+    v.section_limit_s = load(s->section_limit_s, std::memory_order_acquire);
+    name = load(s->section_name, std::memory_order_acquire);
   });
+  char text[sizeof name + 1] = {};
+  std::memcpy(text, &name, sizeof name);
+  v.section = text;  // stops at the first NUL
   return v;
 }
 
@@ -440,6 +453,11 @@ void ControlBlock::write_slot(int local_rank, const SlotView& view) {
   store(s->tokens_per_s, std::bit_cast<uint64_t>(view.tokens_per_s));
   store(s->flags, view.flags);
   store(s->pid, view.pid);
+  store(s->compute_us, view.compute_us);
+  store(s->section_limit_s, view.section_limit_s);
+  uint64_t name = 0;
+  std::memcpy(&name, view.section.data(), std::min(view.section.size(), sizeof name));
+  store(s->section_name, name);
   end_write(s->seq, odd);
 }
 

@@ -32,6 +32,17 @@ inline constexpr int kMaxSlots = 65536;
 inline constexpr uint32_t kFlagAttached = 1u << 0;  // opened the block, handles SIGUSR1
 inline constexpr uint32_t kFlagStopped = 1u << 1;   // reached the stop step, checkpointing
 inline constexpr uint32_t kFlagSaved = 1u << 2;     // its checkpoint shard is written
+// In a section the worker marked (evaluation, a checkpoint save): no step
+// is due until it ends, or until its own limit (section_limit_s) passes.
+inline constexpr uint32_t kFlagInSection = 1u << 3;
+// The last loss it reported is NaN or infinite (the loss field alone cannot
+// say: NaN there also means "none reported").
+inline constexpr uint32_t kFlagLossNonFinite = 1u << 4;
+// It writes its threads' Python stacks to ELASTICRUN_STACK_FILE when it
+// receives ELASTICRUN_STACK_SIGNAL (faulthandler).
+inline constexpr uint32_t kFlagStacks = 1u << 5;
+// The longest section name a slot keeps (longer names are cut).
+inline constexpr size_t kSectionNameSize = 8;
 
 enum class EventKind : uint32_t {
   none = 0,
@@ -65,6 +76,9 @@ class ControlBlock {
     double tokens_per_s = 0;    // NaN: none
     uint32_t flags = 0;         // kFlag*
     uint32_t pid = 0;
+    uint32_t compute_us = 0;       // the last step's compute time (SDK-timed); 0: none
+    uint32_t section_limit_s = 0;  // kFlagInSection: the section's own limit; 0: none
+    std::string section;           // kFlagInSection: its name, at most kSectionNameSize bytes
   };
 
   // Agent side. Creates the file exclusively (O_EXCL, mode 0600) and maps

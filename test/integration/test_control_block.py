@@ -124,9 +124,10 @@ def test_the_agent_reads_what_a_python_worker_wrote_into_its_slot(procs, tool, t
         import json, os
         import elasticrun as er
         cb = er.ControlBlock({str(block)!r}, local_rank=2)
-        cb.write_slot(2, 40, loss=0.5, tokens_per_s=1234.5)
+        cb.write_slot(2, 40, loss=0.5, tokens_per_s=1234.5, compute_us=2500)
         cb.write_slot(2, 41)  # keeps the last metrics
         cb.set_flags(2, er.FLAG_STOPPED)
+        cb.set_section(2, "checkpoint", 600)  # cut to 8 bytes
         print(json.dumps({{"pid": os.getpid(), "own": cb.read_slot(2)._asdict()}}))
     """, worker_env())
     after_ns = time.time_ns()
@@ -136,14 +137,17 @@ def test_the_agent_reads_what_a_python_worker_wrote_into_its_slot(procs, tool, t
     assert slot["step"] == 41
     assert slot["loss"] == 0.5
     assert slot["tokens_per_s"] == 1234.5
-    assert slot["flags"] == 1 | 2  # ATTACHED (set at open) | STOPPED
+    assert slot["flags"] == 1 | 2 | 8  # ATTACHED (set at open) | STOPPED | IN_SECTION
+    assert slot["compute_us"] == 2500
+    assert slot["section"] == "checkpoi"
+    assert slot["section_limit_s"] == 600
     assert slot["pid"] == report["pid"]
     assert before_ns <= slot["timestamp_ns"] <= after_ns  # CLOCK_REALTIME, written in between
     assert report["own"] == slot
     for other in ("0", "1", "3"):
         assert tool("read-slot", block, other) == {
             "step": -1, "timestamp_ns": 0, "loss": None, "tokens_per_s": None, "flags": 0,
-            "pid": 0,
+            "pid": 0, "compute_us": 0, "section_limit_s": 0, "section": "",
         }
     assert tool("max-step", block) == {"max_step": 41}
     assert tool("attached", block, "2") == {"attached": True}
@@ -156,7 +160,8 @@ def test_python_reads_slots_the_cxx_side_wrote_and_refuses_files_that_are_not_bl
 ):
     block = tmp_path / "control"
     tool("create", block, "2")
-    tool("write-slot", block, "1", "--step", "9", "--loss", "2.25", "--flags", "4", "--pid", "77")
+    tool("write-slot", block, "1", "--step", "9", "--loss", "2.25", "--flags", "4", "--pid", "77",
+         "--compute-us", "1500", "--section", "eval", "--section-limit", "30")
     short = tmp_path / "short"
     short.write_bytes(block.read_bytes()[:200])
     bad_magic = tmp_path / "bad_magic"
@@ -178,10 +183,12 @@ def test_python_reads_slots_the_cxx_side_wrote_and_refuses_files_that_are_not_bl
                 errors[name] = str(e)
         print(json.dumps({{"step": s.step, "loss": s.loss, "tps_nan": math.isnan(s.tokens_per_s),
                           "flags": s.flags, "pid": s.pid, "max_step": cb.max_step(),
-                          "errors": errors}}))
+                          "compute_us": s.compute_us, "section": s.section,
+                          "section_limit_s": s.section_limit_s, "errors": errors}}))
     """, worker_env())
     assert got["step"] == 9 and got["loss"] == 2.25 and got["tps_nan"]
     assert got["flags"] == 4 and got["pid"] == 77 and got["max_step"] == 9
+    assert got["compute_us"] == 1500 and got["section"] == "eval" and got["section_limit_s"] == 30
     assert "shorter than the 256-byte header" in got["errors"]["short"]
     assert "bad magic" in got["errors"]["bad_magic"]
     assert "too short for 2 slots" in got["errors"]["too_few"]

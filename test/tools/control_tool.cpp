@@ -75,7 +75,8 @@ int main(int argc, char** argv) {
   int32_t world = -1;
   std::string kind = "none", reason;
   double loss = NAN, tps = NAN;
-  uint32_t flags = 0, pid = 0;
+  uint32_t flags = 0, pid = 0, compute_us = 0, section_limit = 0;
+  std::string section;
 
   auto* create = app.add_subcommand("create", "create a block");
   create->add_option("path", path)->required();
@@ -113,6 +114,9 @@ int main(int argc, char** argv) {
   write_slot->add_option("--tps", tps);
   write_slot->add_option("--flags", flags);
   write_slot->add_option("--pid", pid);
+  write_slot->add_option("--compute-us", compute_us);
+  write_slot->add_option("--section", section);
+  write_slot->add_option("--section-limit", section_limit);
 
   auto* max_step = app.add_subcommand("max-step", "print the highest published step");
   max_step->add_option("path", path)->required();
@@ -181,7 +185,10 @@ int main(int argc, char** argv) {
            {"loss", number_or_null(s.loss)},
            {"tokens_per_s", number_or_null(s.tokens_per_s)},
            {"flags", s.flags},
-           {"pid", s.pid}});
+           {"pid", s.pid},
+           {"compute_us", s.compute_us},
+           {"section_limit_s", s.section_limit_s},
+           {"section", s.section}});
   } else if (*write_slot) {
     ControlBlock::SlotView v;
     v.step = step;
@@ -190,6 +197,9 @@ int main(int argc, char** argv) {
     v.tokens_per_s = tps;
     v.flags = flags;
     v.pid = pid;
+    v.compute_us = compute_us;
+    v.section = section;
+    v.section_limit_s = section_limit;
     cb.write_slot(index, v);
   } else if (*max_step) {
     print({{"max_step", cb.max_step()}});
