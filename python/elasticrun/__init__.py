@@ -23,7 +23,9 @@ holds the step at which every rank of the job stops, so each rank stops at
 the same step without a collective per step. Checks read the mapped block
 and make no system call.
 
-Under torchrun (no control file) elastic_event_detected() is always False,
+Under torchrun (no control file), and under a fixed elasticrun job
+(static or standalone: its block publishes no scale events, only the
+health monitors read it), elastic_event_detected() is always False,
 unless HYPERPOD_SIGNAL_COORDINATION=distributed: then, as with AWS
 hyperpodrun, it all-reduces (MAX) whether this rank received SIGUSR1 over
 torch.distributed, so every rank sees a signal any rank received. It is
@@ -201,8 +203,8 @@ def _register_stack_dump(session: "_Session") -> bool:
 def step(n: int, loss: Optional[float] = None, tokens_per_s: Optional[float] = None) -> None:
     """Publishes that this rank finished step n (into the mapped block; no
     system call). Metrics left as None keep the last reported values. A
-    loss that is NaN or infinite is flagged: the agent's non-finite-loss
-    monitor acts on it. The time the last compute() block took goes with
+    loss that is NaN or infinite is flagged, for the rest of the attempt:
+    the agent's non-finite-loss monitor acts on it. The time the last compute() block took goes with
     the step."""
     session = _get()
     session.last_step = n
@@ -213,8 +215,10 @@ def step(n: int, loss: Optional[float] = None, tokens_per_s: Optional[float] = N
     flags = None
     if loss is not None:
         loss = float(loss)
-        old = block.read_slot(session.local_rank).flags
-        flags = old & ~FLAG_LOSS_NONFINITE if math.isfinite(loss) else old | FLAG_LOSS_NONFINITE
+        if not math.isfinite(loss):
+            # Sticky: the agent samples the slot, and the next step's finite
+            # loss must not hide this one.
+            flags = block.read_slot(session.local_rank).flags | FLAG_LOSS_NONFINITE
     compute_us = None
     if session.compute_s is not None:
         compute_us = max(1, int(session.compute_s * 1e6))
@@ -273,7 +277,7 @@ def elastic_event_detected(step: Optional[int] = None) -> bool:
     reached it. Without a control file, see the module docstring."""
     session = _get()
     block = session.open_block()
-    if block is not None:
+    if block is not None and not block.fixed:
         event = block.event()
         if not event.pending or event.stop_step < 0:
             return False

@@ -37,11 +37,15 @@ SLOT_SIZE = 64
 MAX_SLOTS = 65536
 REASON_SIZE = 128
 
+# Header flags (the agent's). A fixed job's agent (static, standalone)
+# publishes no scale events.
+AGENT_FIXED = 1 << 0
+
 FLAG_ATTACHED = 1 << 0  # an SDK opened the block and handles SIGUSR1
 FLAG_STOPPED = 1 << 1  # reached the stop step, checkpointing
 FLAG_SAVED = 1 << 2  # its checkpoint shard is written
 FLAG_IN_SECTION = 1 << 3  # in a marked section (evaluation, a save): no step is due
-FLAG_LOSS_NONFINITE = 1 << 4  # the last loss reported was NaN or infinite
+FLAG_LOSS_NONFINITE = 1 << 4  # a loss reported since attach was NaN or infinite
 FLAG_STACKS = 1 << 5  # dumps its Python stacks on ELASTICRUN_STACK_SIGNAL
 SECTION_NAME_SIZE = 8  # bytes of a section's name the slot keeps
 
@@ -50,7 +54,7 @@ SECTION_NAME_SIZE = 8  # bytes of a section's name the slot keeps
 # copies, as the C++ reader does.
 STUCK_WRITER_TIMEOUT_S = 0.1
 
-_PREFIX = struct.Struct("<6I")  # magic, version, header_size, slot_size, num_slots, reserved
+_PREFIX = struct.Struct("<6I")  # magic, version, header_size, slot_size, num_slots, agent_flags
 # generation, event_seq, stop_step, event_kind, next_world_size, deadline_unix_ms, reason
 _EVENT = struct.Struct("<QQqIiQ%ds" % REASON_SIZE)
 _EVENT_OFFSET = 32
@@ -177,6 +181,11 @@ class ControlBlock:
                 f"({need} bytes)"
             )
         return num_slots
+
+    @property
+    def fixed(self) -> bool:
+        """The agent runs a fixed job (static, standalone): no scale events come."""
+        return bool(struct.unpack_from("<I", self._mm, 20)[0] & AGENT_FIXED)
 
     def close(self) -> None:
         if self._mm is not None:

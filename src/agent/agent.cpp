@@ -11,6 +11,7 @@
 #include "agent/dynamic_agent.hpp"
 #include "agent/fixed_agent.hpp"
 #include "agent/worker_env.hpp"
+#include "control/control_block.hpp"
 #include "supervisor/death_watch.hpp"
 #include "supervisor/spawn.hpp"
 #include "util/logging.hpp"
@@ -47,6 +48,15 @@ fs::path make_run_dir(const AgentConfig& c) {
     fs::path dir = base / (c.run_id + "_" + random_suffix());
     if (fs::create_directory(dir)) return dir;
   }
+}
+
+// The control block lives in tmpfs when there is one: workers map it.
+std::string control_path(const fs::path& run_dir) {
+  std::random_device rd;
+  const std::string name =
+      "elasticrun-" + std::to_string(::getpid()) + "-" + std::to_string(rd() % 1000000) + ".ctl";
+  if (::access("/dev/shm", W_OK) == 0) return "/dev/shm/" + name;
+  return (run_dir / name).string();
 }
 
 }  // namespace
@@ -95,8 +105,27 @@ int run_agent(const AgentConfig& config) {
     warm->refill();
     node.warm = warm.get();
   }
-  if (config.dynamic) return run_dynamic(config, node);
-  return run_fixed(config, node);
+  // The control block: scale events for the workers of a dynamic job, the
+  // progress the health monitors read in every job.
+  std::unique_ptr<control::ControlBlock> control;
+  auto cb = control::ControlBlock::create(control_path(node.run_dir), config.nproc_per_node);
+  if (cb) {
+    control = std::make_unique<control::ControlBlock>(std::move(cb).value());
+    if (!config.dynamic) control->set_agent_flags(control::kAgentFixed);
+    node.base["ELASTICRUN_CONTROL_FILE"] = control->path();
+    node.control = control.get();
+  } else {
+    log->warn("{}; workers will not see scale events in advance, and their progress is not watched",
+              cb.status().message());
+  }
+  // Removed however the run ends; the workers that still map it keep their mapping.
+  struct Unlink {
+    control::ControlBlock* block;
+    ~Unlink() {
+      if (block) (void)block->unlink();
+    }
+  } unlink{control.get()};
+  return config.dynamic ? run_dynamic(config, node) : run_fixed(config, node);
 }
 
 }  // namespace elasticrun::agent

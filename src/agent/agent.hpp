@@ -17,6 +17,7 @@
 #include "agent/numa_binding.hpp"
 #include "agent/warm_start.hpp"
 #include "elastic/policy.hpp"
+#include "health/progress_monitor.hpp"
 #include "rendezvous/rendezvous.hpp"
 
 namespace elasticrun::agent {
@@ -92,6 +93,8 @@ struct AgentConfig {
   // Where --numa-binding reads sys/ and proc/: "/", except in the
   // integration suite (ELASTICRUN_TEST_SYSFS_ROOT).
   std::string numa_root = "/";
+  // The health monitors over the SDK's progress (docs/health.md).
+  health::ProgressConfig progress;
   // One-line notes printed once before the workers start.
   std::vector<std::string> notes;
   // Set in every worker's (and hook's) environment on top of the agent's own.

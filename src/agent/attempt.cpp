@@ -7,6 +7,8 @@
 
 #include <cstring>
 
+#include "agent/failure_report.hpp"
+#include "agent/fault_record.hpp"
 #include "elasticrun/errors.hpp"
 
 namespace elasticrun::agent {
@@ -18,6 +20,10 @@ using supervisor::WorkerExit;
 // --warm-start: how long after its workers start an attempt begins warming
 // the next restart's interpreters.
 constexpr uint64_t kWarmRefillDelayMs = 3000;
+// After a fault: how long py-spy may take for all workers together, and how
+// long a worker's faulthandler gets to write before the worker is signalled.
+constexpr std::chrono::milliseconds kStackBudget{3000};
+constexpr uint64_t kStackGraceMs = 300;
 
 // Where one worker's stdout or stderr goes (torchrun's DefaultLogsSpecs).
 struct StreamPlan {
@@ -59,12 +65,17 @@ RankPlan plan_rank_logs(const AgentConfig& c, const fs::path& rank_dir, int loca
 // One attempt: start the workers, watch them until every one has exited.
 class Attempt final : public AttemptControl {
  public:
-  Attempt(const AgentConfig& c, supervisor::DeathWatch& watch, WarmPool* warm, int restart_count,
-          AttemptDelegate& delegate, Inbox* inbox)
+  Attempt(const AgentConfig& c, const NodeContext& node, int restart_count, fs::path attempt_dir,
+          std::vector<std::string> stack_files, int rank_offset, AttemptDelegate& delegate,
+          Inbox* inbox)
       : config_(c),
-        group_(&watch),
-        warm_(warm),
+        node_(node),
+        group_(node.watch),
+        warm_(node.warm),
         restart_count_(restart_count),
+        attempt_dir_(std::move(attempt_dir)),
+        stack_files_(std::move(stack_files)),
+        rank_offset_(rank_offset),
         delegate_(delegate),
         inbox_(inbox) {
     uv_loop_init(&loop_);
@@ -80,6 +91,8 @@ class Attempt final : public AttemptControl {
     rescue_timer_.data = this;
     uv_timer_init(&loop_, &monitor_timer_);
     monitor_timer_.data = this;
+    uv_timer_init(&loop_, &fault_timer_);
+    fault_timer_.data = this;
     uv_async_init(&loop_, &inbox_async_, [](uv_async_t* h) {
       auto* self = static_cast<Attempt*>(h->data);
       self->inbox_->run_pending(*self);
@@ -180,6 +193,8 @@ class Attempt final : public AttemptControl {
 
   const std::vector<WorkerExit>& failures() const { return failures_; }
   const std::optional<std::string>& stop_reason() const { return stop_reason_; }
+  const std::optional<health::Fault>& fault() const { return fault_; }
+  const std::vector<StackResult>& stacks() const { return stacks_; }
 
  private:
   // torchrun's filtered_std{out,err}.log of the attempt, created (empty) as
@@ -280,6 +295,45 @@ class Attempt final : public AttemptControl {
   }
 
  public:
+  const supervisor::WorkerGroup& workers() const override { return group_; }
+
+  void report_fault(const health::Fault& fault) override {
+    if (stopping_ || done_ || fault_) return;
+    fault_ = fault;
+    log_->error("health: {}", fault.describe());
+    // Where every running worker was, before anything is signalled.
+    std::vector<StackTarget> targets;
+    for (int lr = 0; lr < static_cast<int>(group_.size()); ++lr) {
+      if (group_.exited(lr) || static_cast<size_t>(lr) >= stack_files_.size()) continue;
+      StackTarget t;
+      t.local_rank = lr;
+      t.pid = group_.pid(lr);
+      t.registered = node_.control && lr < node_.control->num_slots() &&
+                     (node_.control->read_slot(lr).flags & control::kFlagStacks) != 0;
+      t.file = stack_files_[static_cast<size_t>(lr)];
+      targets.push_back(t);
+    }
+    const auto path = node_.base.find("PATH");
+    stacks_ = capture_stacks(targets, path == node_.base.end() ? "" : path->second, kStackBudget);
+    for (const auto& st : stacks_) {
+      log_->info("local rank {}: stacks by {}{} in {}", st.local_rank, st.how,
+                 st.stopped ? " (it was stopped)" : "",
+                 stack_files_[static_cast<size_t>(st.local_rank)]);
+    }
+    write_fault_record(attempt_dir_ / "fault.json", fault, rank_offset_, stacks_, stack_files_);
+    delegate_.on_fault(fault);
+    // The workers' faulthandlers write within a millisecond; a moment more,
+    // then they stop as after a failure.
+    uv_timer_start(
+        &fault_timer_,
+        [](uv_timer_t* t) {
+          auto* self = static_cast<Attempt*>(t->data);
+          if (!self->stopping_)
+            self->stop_after_failure(Outcome::kFailed, self->config_.shutdown_timeout);
+        },
+        kStackGraceMs, 0);
+  }
+
   void request_stop(const std::string& reason) override {
     if (stopping_ || done_) return;
     stop_reason_ = reason;
@@ -353,13 +407,18 @@ class Attempt final : public AttemptControl {
     uv_timer_stop(&refill_timer_);
     uv_timer_stop(&rescue_timer_);
     uv_timer_stop(&monitor_timer_);
+    uv_timer_stop(&fault_timer_);
     uv_stop(&loop_);
   }
 
   const AgentConfig& config_;
+  const NodeContext& node_;
   supervisor::WorkerGroup group_;
   WarmPool* warm_;
   int restart_count_;
+  fs::path attempt_dir_;
+  std::vector<std::string> stack_files_;  // of each local rank
+  int rank_offset_;
   AttemptDelegate& delegate_;
   Inbox* inbox_;  // may be null
   uv_loop_t loop_{};
@@ -372,7 +431,10 @@ class Attempt final : public AttemptControl {
   uv_timer_t refill_timer_{};   // --warm-start: interpreters for the next attempt
   uv_timer_t rescue_timer_{};   // the end of the rescue window after a failure
   uv_timer_t monitor_timer_{};  // --monitor-interval: the delegate's tick
-  std::vector<int> rescuers_;   // local ranks given the rescue window
+  uv_timer_t fault_timer_{};    // from a fault's stacks to the workers' stop
+  std::optional<health::Fault> fault_;
+  std::vector<StackResult> stacks_;
+  std::vector<int> rescuers_;  // local ranks given the rescue window
   std::vector<std::unique_ptr<uv_signal_t>> forwarded_;
   bool stopping_ = false;
   bool done_ = false;
@@ -408,6 +470,18 @@ int run_hook(const char* what, const std::vector<std::string>& cmd,
 
 }  // namespace
 
+FailureReport failure_report(const AgentConfig& config, const AttemptResult& r) {
+  FailureReport report;
+  report.script_name = config.script_name;
+  report.failures = r.failures;
+  report.error_files = r.error_files;
+  report.agent_error_file = config.agent_error_file;
+  report.fault = r.fault;
+  report.stacks = r.stacks;
+  report.stack_files = r.stack_files;
+  return report;
+}
+
 AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, const Assignment& a,
                           int attempt_index, AttemptDelegate& delegate, Inbox* inbox) {
   auto log = util::logger("agent");
@@ -416,6 +490,7 @@ AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, co
   eo.run_id = config.run_id;
   eo.max_restarts = config.max_restarts;
   eo.virtual_local_rank = config.virtual_local_rank;
+  eo.stack_signal = stack_signal();
   const fs::path attempt_dir = node.run_dir / ("attempt_" + std::to_string(attempt_index));
   std::vector<supervisor::SpawnSpec> specs;
   std::vector<RankPlan> logs;
@@ -427,6 +502,7 @@ AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, co
     // One mkdir each: the attempt directory was just made, and it is empty.
     fs::create_directory(rank_dir);
     eo.error_files.push_back((rank_dir / "error.json").string());
+    eo.stack_files.push_back((rank_dir / "stacks.txt").string());
     logs.push_back(plan_rank_logs(config, rank_dir, lr, a.rank_offset + lr, node.host));
   }
   for (int lr = 0; lr < a.local_world_size; ++lr) {
@@ -445,15 +521,19 @@ AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, co
 
   AttemptResult result;
   result.error_files = eo.error_files;
+  result.stack_files = eo.stack_files;
   if (!config.pre_train_command.empty() &&
       run_hook("pre-train", config.pre_train_command, node.base) != 0) {
     log->error("pre-train script failed: the workers of attempt {} do not start", attempt_index);
   } else {
-    Attempt attempt(config, *node.watch, node.warm, a.restart_count, delegate, inbox);
+    Attempt attempt(config, node, a.restart_count, attempt_dir, eo.stack_files, a.rank_offset,
+                    delegate, inbox);
     result.outcome = attempt.run(std::move(specs), logs, attempt_dir);
     result.failures = attempt.failures();
     result.stop_signal = attempt.stop_signal();
     result.stop_reason = attempt.stop_reason();
+    result.fault = attempt.fault();
+    result.stacks = attempt.stacks();
   }
   if (!config.post_train_command.empty()) {
     run_hook("post-train", config.post_train_command, node.base);

@@ -19,8 +19,11 @@
 
 #include "agent/agent.hpp"
 #include "agent/inbox.hpp"
+#include "agent/stacks.hpp"
 #include "agent/warm_start.hpp"
 #include "agent/worker_env.hpp"
+#include "control/control_block.hpp"
+#include "health/fault.hpp"
 #include "supervisor/death_watch.hpp"
 #include "supervisor/log_pump.hpp"
 #include "supervisor/worker_group.hpp"
@@ -50,6 +53,13 @@ class AttemptControl {
   // delegate's tell_stop() decides how. Only the first request counts, and
   // none once the attempt is stopping for another reason.
   virtual void request_stop(const std::string& reason) = 0;
+  // A health monitor found a fault. The attempt records why (the stacks of
+  // its running workers, <attempt>/fault.json), tells the delegate
+  // (on_fault), and stops the workers as after a worker failure. Only the
+  // first fault counts, and none once the attempt is stopping.
+  virtual void report_fault(const health::Fault& fault) = 0;
+  // The workers, for a look at who still runs.
+  virtual const supervisor::WorkerGroup& workers() const = 0;
 
  protected:
   ~AttemptControl() = default;
@@ -66,6 +76,9 @@ class AttemptDelegate {
   virtual void attempt_started(AttemptControl& control) { (void)control; }
   // Once, when the first worker fails (before the others are stopped).
   virtual void on_failure(const supervisor::WorkerExit& exit) { (void)exit; }
+  // Once, when a health monitor's fault stops the attempt (stacks recorded,
+  // workers not yet stopped): the other nodes should stop too.
+  virtual void on_fault(const health::Fault& fault) { (void)fault; }
   // A handled signal arrived, the first one. True: it means "this node
   // leaves" (the dynamic agent). Then it is not forwarded; the delegate
   // ends the round, and the workers stop as for any stop request (SIGUSR1
@@ -110,6 +123,9 @@ struct NodeContext {
   WarmPool* warm = nullptr;                 // --warm-start's interpreters, or none
   // --numa-binding: the CPUs of each local rank's worker; empty: no binding.
   std::vector<std::vector<int>> cpu_sets;
+  // The control block shared with the workers (ELASTICRUN_CONTROL_FILE in
+  // base), or null when none could be made.
+  control::ControlBlock* control = nullptr;
 };
 
 struct AttemptResult {
@@ -118,7 +134,15 @@ struct AttemptResult {
   std::vector<std::string> error_files;
   int stop_signal = 0;
   std::optional<std::string> stop_reason;
+  // The health fault that stopped the attempt, and the stacks recorded for it.
+  std::optional<health::Fault> fault;
+  std::vector<StackResult> stacks;
+  std::vector<std::string> stack_files;  // of each local rank
 };
+
+// torchrun's failure report of a failed attempt (failure_report.hpp).
+struct FailureReport;
+FailureReport failure_report(const AgentConfig& config, const AttemptResult& result);
 
 // Starts this node's workers for `a` (logs and error files under
 // <run_dir>/attempt_<attempt>/), runs the pre/post-train hooks around them,

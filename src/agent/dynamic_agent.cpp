@@ -2,8 +2,6 @@
 
 #include <unistd.h>
 
-#include <filesystem>
-#include <random>
 #include <thread>
 
 #include "agent/addresses.hpp"
@@ -43,37 +41,16 @@ std::unique_ptr<EmbeddedStore> maybe_host_store(const AgentConfig& c) {
   }
 }
 
-// The control block lives in tmpfs when there is one: workers map it.
-std::string control_path(const std::filesystem::path& run_dir) {
-  std::random_device rd;
-  const std::string name =
-      "elasticrun-" + std::to_string(::getpid()) + "-" + std::to_string(rd() % 1000000) + ".ctl";
-  if (::access("/dev/shm", W_OK) == 0) return "/dev/shm/" + name;
-  return (run_dir / name).string();
-}
-
 // One node's run of rounds, on the agent's main thread. Each round's state
 // is a Round (round.hpp), which is also its attempt's delegate; what lives
 // across rounds is here: the rendezvous connection, the heartbeat, the
-// courier, the control block, the stores.
+// courier, the stores (the control block is the node's: NodeContext).
 class DynamicAgent {
  public:
   DynamicAgent(const AgentConfig& c, const NodeContext& node)
       : config_(c), node_(node), rc_(c.rdzv) {}
 
-  ~DynamicAgent() {
-    if (control_) (void)control_->unlink();
-  }
-
   int run() {
-    auto cb = control::ControlBlock::create(control_path(node_.run_dir), config_.nproc_per_node);
-    if (cb) {
-      control_ = std::make_unique<control::ControlBlock>(std::move(cb).value());
-      node_.base["ELASTICRUN_CONTROL_FILE"] = control_->path();
-    } else {
-      log_->warn("{}; workers will not see scale events in advance (SIGTERM only)",
-                 cb.status().message());
-    }
     rdzv_store_ = maybe_host_store(config_);
     if (rdzv_store_) rc_.store_port = rdzv_store_->port();
     heartbeat_ = std::make_unique<rendezvous::Heartbeat>(rc_);
@@ -99,10 +76,8 @@ class DynamicAgent {
         if (e.failed()) {
           log_->error("{}", e.what());
           // The node whose workers failed last prints torchrun's report.
-          if (!last_failure_.failures.empty()) {
-            FailureReport{config_.script_name, last_failure_.failures, last_failure_.error_files,
-                          config_.agent_error_file}
-                .print(last_rank_offset_);
+          if (!last_failure_.failures.empty() || last_failure_.fault) {
+            failure_report(config_, last_failure_).print(last_rank_offset_);
           }
           return 1;
         }
@@ -111,7 +86,7 @@ class DynamicAgent {
       }
       released = false;
       const Assignment a = start_round(place);
-      Round round(config_, rc_, place, control_.get(), *courier_);
+      Round round(config_, rc_, place, node_.control, *courier_);
       AttemptResult r = run_attempt(config_, node_, a, attempt, round, &round.inbox());
       // What the attempt asked the courier to write (a failure's end
       // record) is in the store before this node looks at the round's end.
@@ -121,7 +96,7 @@ class DynamicAgent {
       if (r.outcome == Outcome::kSignaled || r.stop_signal != 0) return 128 + r.stop_signal;
       if (r.outcome == Outcome::kSucceeded) return exit_barrier(place);
       if (r.outcome == Outcome::kFailed) {
-        if (r.failures.empty()) {
+        if (r.failures.empty() && !r.fault) {
           round.fail("the pre-train script failed");
           courier_->drain();
         }
@@ -237,8 +212,7 @@ class DynamicAgent {
   }
 
   const AgentConfig& config_;
-  NodeContext node_;  // a copy: the workers' environment gains the control file
-  std::unique_ptr<control::ControlBlock> control_;
+  const NodeContext& node_;
   rendezvous::RendezvousConfig rc_;
   std::unique_ptr<EmbeddedStore> rdzv_store_;
   std::unique_ptr<rendezvous::Heartbeat> heartbeat_;

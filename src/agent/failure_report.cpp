@@ -144,20 +144,78 @@ std::string iso_time(std::time_t t) {
   return buf;
 }
 
-std::vector<Detail> read_details(const FailureReport& r) {
+// The failures the report lists, what it says of each, and its root cause.
+struct Selection {
+  std::vector<supervisor::WorkerExit> failures;
   std::vector<Detail> details;
-  for (const auto& e : r.failures) {
-    details.push_back(detail_of(e, error_file_of(r.error_files, e.local_rank)));
+  size_t root = 0;
+};
+
+// The first lines of a rank's recorded stacks, indented as a traceback.
+std::string stack_excerpt(const std::string& file) {
+  constexpr int kLines = 40;
+  std::ifstream in(file);
+  std::string out, line;
+  int n = 0;
+  while (n < kLines && std::getline(in, line)) {
+    out += "\n    " + line;
+    ++n;
   }
-  return details;
+  if (n == kLines && std::getline(in, line)) out += "\n    ... (the rest is in the file)";
+  return out;
+}
+
+std::string fault_message(const FailureReport& r) {
+  const health::Fault& f = *r.fault;
+  std::string m = "health fault " + f.describe();
+  for (const auto& st : r.stacks) {
+    if (st.local_rank != f.local_rank) continue;
+    const std::string& file = error_file_of(r.stack_files, st.local_rank);
+    m += "\n  stacks (" + st.how + (st.stopped ? "; the process was stopped" : "") + "): " + file;
+    if (st.how == "faulthandler" || st.how == "py-spy") m += stack_excerpt(file);
+  }
+  return m;
+}
+
+Selection select(const FailureReport& r) {
+  Selection sel;
+  sel.failures = r.failures;
+  if (r.fault) {
+    // The fault's rank may have exited cleanly once stopped, or not at all
+    // yet when the node's report is printed: it is listed either way.
+    const int lr = std::max(r.fault->local_rank, 0);
+    auto it = std::find_if(sel.failures.begin(), sel.failures.end(),
+                           [&](const supervisor::WorkerExit& e) { return e.local_rank == lr; });
+    if (it == sel.failures.end()) {
+      supervisor::WorkerExit e;
+      e.local_rank = lr;
+      for (const auto& st : r.stacks) {
+        if (st.local_rank == lr) e.pid = st.pid;
+      }
+      e.when = std::chrono::system_clock::now();
+      sel.failures.insert(sel.failures.begin(), e);
+      it = sel.failures.begin();
+    }
+    sel.root = static_cast<size_t>(it - sel.failures.begin());
+  }
+  for (const auto& e : sel.failures) {
+    sel.details.push_back(detail_of(e, error_file_of(r.error_files, e.local_rank)));
+  }
+  if (r.fault) {
+    sel.details[sel.root].message = fault_message(r);
+  } else if (!sel.details.empty()) {
+    sel.root = root_cause(sel.details);
+  }
+  return sel;
 }
 
 // The report text from failures whose error files were read once.
-std::string render(const FailureReport& r, const std::vector<Detail>& details, int rank_offset) {
-  const auto& failures = r.failures;
+std::string render(const FailureReport& r, const Selection& sel, int rank_offset) {
+  const auto& failures = sel.failures;
+  const auto& details = sel.details;
   if (failures.empty()) return {};
   const std::string host = fqdn();
-  const size_t root = root_cause(details);
+  const size_t root = sel.root;
   const std::string title = r.script_name + " FAILED";
   size_t width = title.size();
   std::vector<std::string> blocks;
@@ -194,19 +252,19 @@ std::string render(const FailureReport& r, const std::vector<Detail>& details, i
 }  // namespace
 
 std::string FailureReport::format(int rank_offset) const {
-  return render(*this, read_details(*this), rank_offset);
+  return render(*this, select(*this), rank_offset);
 }
 
 void FailureReport::print(int rank_offset) const {
-  const std::vector<Detail> details = read_details(*this);
-  std::string text = render(*this, details, rank_offset);
+  const Selection sel = select(*this);
+  std::string text = render(*this, sel, rank_offset);
   std::fprintf(stderr, "%s\n", text.c_str());
   std::fflush(stderr);
-  if (agent_error_file.empty() || failures.empty()) return;
+  if (agent_error_file.empty() || sel.failures.empty()) return;
   // The root cause, chosen as the report does, and its own error file when
-  // it wrote one.
-  const auto& e = failures[root_cause(details)];
-  std::ifstream src(error_file_of(error_files, e.local_rank));
+  // it wrote one (a fault's root has none worth copying: the fault is the error).
+  const auto& e = sel.failures[sel.root];
+  std::ifstream src(fault ? std::string() : error_file_of(error_files, e.local_rank));
   std::ofstream dst(agent_error_file, std::ios::trunc);
   nlohmann::json copied;
   bool have_copy = false;
@@ -225,11 +283,13 @@ void FailureReport::print(int rank_offset) const {
     }
     dst << copied.dump();
   } else {
+    const std::string why =
+        fault ? "local rank " + std::to_string(e.local_rank) + ": health fault " + fault->describe()
+              : "local rank " + std::to_string(e.local_rank) + " " + e.describe();
     nlohmann::json j = {
-        {"message",
-         script_name + " FAILED: local rank " + std::to_string(e.local_rank) + " " + e.describe()},
+        {"message", script_name + " FAILED: " + why},
         {"timestamp", std::to_string(std::chrono::system_clock::to_time_t(e.when))}};
-    dst << j.dump();
+    dst << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
 }
 

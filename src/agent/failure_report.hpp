@@ -4,9 +4,12 @@
 // written for torchrun keep working.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "agent/stacks.hpp"
+#include "health/fault.hpp"
 #include "supervisor/worker_group.hpp"
 
 namespace elasticrun::agent {
@@ -21,6 +24,11 @@ struct FailureReport {
   // does; when the root cause wrote none, a short message is written (torchrun
   // writes nothing and only logs, leaving the parent without a reason).
   std::string agent_error_file;
+  // A health fault that stopped the workers: it is the root cause, shown
+  // with the beginning of the stacks recorded for its rank.
+  std::optional<health::Fault> fault;
+  std::vector<StackResult> stacks;
+  std::vector<std::string> stack_files;  // of each local rank
 
   // The text torchrun prints (leading newline included).
   std::string format(int rank_offset) const;

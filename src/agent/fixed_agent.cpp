@@ -6,6 +6,7 @@
 #include "agent/attempt.hpp"
 #include "agent/embedded_store.hpp"
 #include "agent/failure_report.hpp"
+#include "agent/health_watch.hpp"
 #include "agent/static_restart.hpp"
 #include "elasticrun/errors.hpp"
 #include "elasticrun/store_client.hpp"
@@ -50,22 +51,45 @@ void wait_at_exit_barrier(const AgentConfig& c, int store_port) {
 
 // One attempt of a fixed job: a failure here asks the other nodes of a
 // static multi-node job to restart too (through the restarts' courier).
+// It also runs the attempt's health monitors.
 class FixedRound final : public AttemptDelegate {
  public:
-  FixedRound(StaticRestarts* restarts, int attempt, int node_rank)
-      : restarts_(restarts), attempt_(attempt), node_rank_(node_rank) {}
-
-  void on_failure(const WorkerExit& e) override {
-    if (!restarts_) return;
-    restarts_->request_restart(attempt_, "node rank " + std::to_string(node_rank_) +
-                                             ": local rank " + std::to_string(e.local_rank) + " " +
-                                             e.describe());
+  FixedRound(const AgentConfig& config, const NodeContext& node, StaticRestarts* restarts,
+             int attempt)
+      : config_(config), node_(node), restarts_(restarts), attempt_(attempt) {
+    if (node_.control) node_.control->reset(static_cast<uint64_t>(attempt));
   }
 
+  void attempt_started(AttemptControl& control) override {
+    control_ = &control;
+    health_.emplace(config_.progress, node_.control, config_.nproc_per_node,
+                    std::chrono::steady_clock::now());
+  }
+
+  void tick(std::chrono::steady_clock::time_point now) override {
+    if (!health_ || !control_) return;
+    if (auto fault = health_->tick(now, control_->workers())) control_->report_fault(*fault);
+  }
+
+  void on_failure(const WorkerExit& e) override {
+    tell_others("local rank " + std::to_string(e.local_rank) + " " + e.describe());
+  }
+
+  void on_fault(const health::Fault& fault) override { tell_others(fault.describe()); }
+
  private:
+  void tell_others(const std::string& what) {
+    if (!restarts_) return;
+    restarts_->request_restart(attempt_,
+                               "node rank " + std::to_string(config_.node_rank) + ": " + what);
+  }
+
+  const AgentConfig& config_;
+  const NodeContext& node_;
   StaticRestarts* restarts_;  // null: nobody else to tell
   int attempt_;
-  int node_rank_;
+  AttemptControl* control_ = nullptr;  // while the attempt runs
+  std::optional<HealthWatch> health_;
 };
 
 }  // namespace
@@ -123,7 +147,7 @@ int run_fixed(const AgentConfig& config, const NodeContext& node) {
       }
     }
 
-    FixedRound round(restarts.get(), restart, config.node_rank);
+    FixedRound round(config, node, restarts.get(), restart);
     Inbox inbox;
     std::unique_ptr<StaticRestarts::Watch> watch;
     if (restarts) watch = std::make_unique<StaticRestarts::Watch>(*restarts, restart, inbox);
@@ -135,7 +159,7 @@ int run_fixed(const AgentConfig& config, const NodeContext& node) {
       return 0;
     }
     if (r.outcome == Outcome::kSignaled) return 128 + r.stop_signal;
-    if (restarts && r.outcome == Outcome::kFailed && r.failures.empty()) {
+    if (restarts && r.outcome == Outcome::kFailed && r.failures.empty() && !r.fault) {
       restarts->request_restart(restart, "node rank " + std::to_string(config.node_rank) +
                                              ": the pre-train script failed");
     }
@@ -154,9 +178,8 @@ int run_fixed(const AgentConfig& config, const NodeContext& node) {
                  r.stop_reason.value_or("no reason given"));
       return 1;
     }
-    if (r.failures.empty()) return 1;  // the pre-train script failed; already logged
-    FailureReport report{config.script_name, r.failures, r.error_files, config.agent_error_file};
-    report.print(a.rank_offset);
+    if (r.failures.empty() && !r.fault) return 1;  // the pre-train script failed; already logged
+    failure_report(config, r).print(a.rank_offset);
     return 1;
   }
 }

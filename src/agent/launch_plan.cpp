@@ -183,6 +183,25 @@ void plan_rendezvous(const cli::LaunchConfig& c, AgentConfig& a) {
   }
 }
 
+health::ProgressConfig plan_progress(const cli::HealthOptions& h) {
+  health::ProgressConfig p;
+  switch (h.hang) {
+    case cli::HealthOptions::Hang::kAuto:
+      p.hang.mode = health::HangLimit::Mode::kAuto;
+      break;
+    case cli::HealthOptions::Hang::kOff:
+      p.hang.mode = health::HangLimit::Mode::kOff;
+      break;
+    case cli::HealthOptions::Hang::kFixed:
+      p.hang.mode = health::HangLimit::Mode::kFixed;
+      p.hang.fixed = ms(h.hang_seconds);
+      break;
+  }
+  p.startup = ms(h.startup_timeout);
+  p.non_finite_loss = h.non_finite_loss;
+  return p;
+}
+
 std::vector<std::string> hook_command(const std::optional<std::string>& script,
                                       const std::vector<std::string>& args) {
   if (!script) return {};
@@ -233,6 +252,7 @@ AgentConfig plan_agent(const cli::LaunchConfig& c, const Environment& env) {
   a.duplicate_stdout_filters = c.duplicate_stdout_filters;
   a.duplicate_stderr_filters = c.duplicate_stderr_filters;
   a.notes = c.notes;
+  a.progress = plan_progress(c.health);
   a.pre_train_command = hook_command(c.pre_train_script, c.pre_train_args);
   a.post_train_command = hook_command(c.post_train_script, c.post_train_args);
   if (auto err = env.find("TORCHELASTIC_ERROR_FILE"); err != env.end()) {

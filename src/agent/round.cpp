@@ -169,8 +169,17 @@ std::chrono::milliseconds Round::rescue_window() {
   return std::min(window, config_.graceful_shutdown_timeout);
 }
 
+void Round::attempt_started(AttemptControl& control) {
+  attempt_ = &control;
+  health_.emplace(config_.progress, control_, config_.nproc_per_node,
+                  std::chrono::steady_clock::now());
+}
+
 void Round::tick(std::chrono::steady_clock::time_point now) {
   if (control_) rate_.sample(now, control_->max_step());
+  if (health_ && attempt_) {
+    if (auto fault = health_->tick(now, attempt_->workers())) attempt_->report_fault(*fault);
+  }
 }
 
 // Ends the round for everyone (unless someone else did first), on the courier.
@@ -194,6 +203,16 @@ void Round::end_round(EndRecord record, std::string log_line) {
 // anyone can tell) and fails the job when --max-restarts is spent.
 void Round::on_failure(const supervisor::WorkerExit& exit) {
   fail(exit.describe());
+}
+
+void Round::on_fault(const health::Fault& fault) {
+  EndRecord rec;
+  rec.kind = EndKind::kRestart;
+  rec.target = place_.group_world_size;
+  rec.survivors = place_.group_world_size;
+  rec.wait = rc_.rejoin_timeout;
+  rec.reason = "a health fault on " + rc_.host + ": " + fault.describe();
+  end_round(rec, rec.reason + "; ending the round");
 }
 
 void Round::fail(const std::string& what) {

@@ -19,6 +19,7 @@
 
 #include "agent/attempt.hpp"
 #include "agent/courier.hpp"
+#include "agent/health_watch.hpp"
 #include "agent/progress.hpp"
 #include "control/control_block.hpp"
 #include "rendezvous/rendezvous.hpp"
@@ -46,7 +47,9 @@ class Round final : public AttemptDelegate, public rendezvous::RoundListener {
   void fail(const std::string& what);
 
   // AttemptDelegate (the loop).
+  void attempt_started(AttemptControl& control) override;
   void on_failure(const supervisor::WorkerExit& exit) override;
+  void on_fault(const health::Fault& fault) override;
   bool on_signal(int signo) override;
   bool tell_stop(supervisor::WorkerGroup& workers) override;
   Rescue rescue(int local_rank) override;
@@ -68,8 +71,10 @@ class Round final : public AttemptDelegate, public rendezvous::RoundListener {
   control::ControlBlock* control_;  // may be null (no tmpfs, no file)
   Courier& courier_;
   std::optional<rendezvous::EndRecord> end_;
-  int64_t agreed_stop_ = -1;  // -1 until every member agreed
-  StepRate rate_;             // how fast this node's workers step
+  int64_t agreed_stop_ = -1;           // -1 until every member agreed
+  StepRate rate_;                      // how fast this node's workers step
+  AttemptControl* attempt_ = nullptr;  // while the attempt runs
+  std::optional<HealthWatch> health_;  // the attempt's monitors
   // Shared with the courier's errands, which may answer after the round is
   // gone: their messages then wait in an inbox nobody attaches again.
   std::shared_ptr<Inbox> inbox_ = std::make_shared<Inbox>();

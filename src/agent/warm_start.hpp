@@ -86,7 +86,7 @@ class WarmPool {
     pid_t pid = -1;
     int pidfd = -1;
     int channel = -1;
-    bool ready = false;  // it wrote "R": its imports are done
+    bool ready = false;     // it wrote "R": its imports are done
     std::vector<int> cpus;  // its CPU affinity; empty: the agent's
   };
   bool start_one(const std::vector<int>& cpus);

@@ -85,6 +85,10 @@ std::map<std::string, std::string> worker_env(const std::map<std::string, std::s
   if (static_cast<size_t>(local_rank) < o.error_files.size()) {
     env["TORCHELASTIC_ERROR_FILE"] = o.error_files[static_cast<size_t>(local_rank)];
   }
+  if (static_cast<size_t>(local_rank) < o.stack_files.size() && o.stack_signal > 0) {
+    env["ELASTICRUN_STACK_FILE"] = o.stack_files[static_cast<size_t>(local_rank)];
+    env["ELASTICRUN_STACK_SIGNAL"] = std::to_string(o.stack_signal);
+  }
   return env;
 }
 

@@ -30,6 +30,10 @@ struct WorkerEnvOptions {
   std::vector<std::string> error_files;
   // --virtual-local-rank: every worker sees LOCAL_RANK=0 and only its own GPU.
   bool virtual_local_rank = false;
+  // Where each local rank's SDK writes its Python stacks when the agent
+  // sends stack_signal (ELASTICRUN_STACK_FILE, ELASTICRUN_STACK_SIGNAL).
+  std::vector<std::string> stack_files;
+  int stack_signal = 0;
 };
 
 // The environment of local rank `local_rank`: the agent's own environment

@@ -17,6 +17,7 @@ constexpr bool kNoEnv = false;
 constexpr Group kTorch = Group::kTorchrun;
 constexpr Group kHyper = Group::kHyperPod;
 constexpr Group kElastic = Group::kElastic;
+constexpr Group kHealth = Group::kHealth;
 
 // Order is --help order. Meanings follow torch/distributed/run.py (2.x); the
 // words are ours, and say what elasticrun does where it differs.
@@ -156,6 +157,16 @@ const std::vector<FlagSpec> kFlags = {
      "torch,torch._dynamo",
      "Modules the warm interpreters import ahead, comma-separated (DDP, FSDP and torch.compile "
      "import torch._dynamo on first use)."},
+    {Flag::kHangTimeout, "", "--hang-timeout", kValue, kNoEnv, kHealth, "SECONDS|auto|off", "auto",
+     "Workers that use the SDK: no step for this long after their first is a hang (their "
+     "stacks are recorded, then the job restarts as after a failure). auto: 10 x the slowest of "
+     "the job's recent steps, at least 30 minutes; a section marked with elasticrun.section() "
+     "is no hang (docs/health.md)."},
+    {Flag::kStartupTimeout, "", "--startup-timeout", kValue, kNoEnv, kHealth, "SECONDS", "0",
+     "Workers that use the SDK: no first step within this long of their start is a fault; 0: "
+     "no limit."},
+    {Flag::kNonFiniteLoss, "", "--non-finite-loss", kValue, kNoEnv, kHealth, "{on,off}", "on",
+     "A NaN or infinite loss reported through elasticrun.step(loss=...) is a fault."},
 };
 
 constexpr size_t kWidth = 100;
@@ -277,6 +288,7 @@ std::string help_text() {
   append_group(out, Group::kTorchrun, "torchrun-compatible");
   append_group(out, Group::kHyperPod, "HyperPod-compatible (hyperpodrun)");
   append_group(out, Group::kElastic, "elastic");
+  append_group(out, Group::kHealth, "health monitors");
   return out;
 }
 

@@ -63,12 +63,16 @@ enum class Flag {
   kConfig,
   kWarmStart,
   kWarmStartImports,
+  kHangTimeout,
+  kStartupTimeout,
+  kNonFiniteLoss,
   kCount,
 };
 
 // kElastic: elasticrun's own flags. They are not torchrun's, so they have no
 // PET_ fallback (a PET_ variable means what torchrun says it means).
-enum class Group { kTorchrun, kHyperPod, kElastic };
+// kHealth: the health monitors (docs/health.md), also ours, also without PET_.
+enum class Group { kTorchrun, kHyperPod, kElastic, kHealth };
 
 struct FlagSpec {
   Flag id;

@@ -60,6 +60,18 @@ nlohmann::ordered_json optional_json(const std::optional<std::string>& value) {
   return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json(nullptr);
 }
 
+nlohmann::ordered_json health_json(const HealthOptions& h) {
+  const char* hang = h.hang == HealthOptions::Hang::kAuto  ? "auto"
+                     : h.hang == HealthOptions::Hang::kOff ? "off"
+                                                           : "seconds";
+  return {
+      {"hang", hang},
+      {"hang_seconds", h.hang_seconds},
+      {"startup_timeout", h.startup_timeout},
+      {"non_finite_loss", h.non_finite_loss},
+  };
+}
+
 nlohmann::ordered_json elastic_json(const ElasticOptions& e) {
   nlohmann::ordered_json overrides = nlohmann::ordered_json::object();
   for (const auto& [size, values] : e.world_size_overrides) {
@@ -385,6 +397,7 @@ std::string to_json(const LaunchConfig& c) {
       {"warm_start", c.warm_start},
       {"warm_start_imports", c.warm_start_imports},
       {"elastic", elastic_json(c.elastic)},
+      {"health", health_json(c.health)},
       {"training_script", c.training_script},
       {"training_script_args", c.training_script_args},
       {"notes", c.notes},

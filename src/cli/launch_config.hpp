@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli/elastic_options.hpp"
+#include "cli/health_options.hpp"
 
 namespace elasticrun::cli {
 
@@ -117,6 +118,8 @@ struct LaunchConfig {
 
   // --- elasticrun's own: the elastic policy (--min-replicas ..., --config).
   ElasticOptions elastic;
+  // --- and the health monitors (--hang-timeout ...).
+  HealthOptions health;
 
   // --- The training command, exactly as given after the flags.
   std::string training_script;

@@ -71,6 +71,13 @@ int parse_port(const Raw& raw) {
   return port;
 }
 
+// Seconds, as Python's float() reads them, not negative.
+double parse_seconds(const Raw& raw) {
+  const double v = parse_double(raw.origin, raw.text);
+  if (v < 0) fail(raw.origin + " " + util::quote(raw.text) + ": must not be negative");
+  return v;
+}
+
 bool parse_switch(const Raw& raw) {
   return parse_int(raw.origin, raw.text) != 0;
 }
@@ -243,6 +250,26 @@ void convert(LaunchConfig& c, Flag id, const Raw& r) {
                " is not a Python module name");
         }
       }
+      break;
+    case Flag::kHangTimeout:
+      if (t == "auto") {
+        c.health.hang = HealthOptions::Hang::kAuto;
+      } else if (t == "off") {
+        c.health.hang = HealthOptions::Hang::kOff;
+      } else {
+        c.health.hang = HealthOptions::Hang::kFixed;
+        c.health.hang_seconds = parse_seconds(r);
+        if (c.health.hang_seconds <= 0) {
+          fail(r.origin + " " + util::quote(t) + ": a hang limit must be above 0 (or off)");
+        }
+      }
+      break;
+    case Flag::kStartupTimeout:
+      c.health.startup_timeout = parse_seconds(r);
+      break;
+    case Flag::kNonFiniteLoss:
+      check_choice(r, {"on", "off"});
+      c.health.non_finite_loss = t == "on";
       break;
     // The elastic group depends on --nnodes and --config: parse_elastic reads it.
     case Flag::kMinReplicas:

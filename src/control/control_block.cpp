@@ -49,7 +49,7 @@ struct Header {
   uint32_t header_size;
   uint32_t slot_size;
   uint32_t num_slots;
-  uint32_t reserved;
+  uint32_t agent_flags;
   uint64_t seq;
   uint64_t generation;
   uint64_t event_seq;
@@ -417,6 +417,14 @@ ControlBlock::Event ControlBlock::read_event() const {
   // A file not written by us may lack the NUL: never read past the field.
   e.reason.assign(reason, ::strnlen(reason, sizeof(reason)));
   return e;
+}
+
+void ControlBlock::set_agent_flags(uint32_t flags) {
+  store(static_cast<Header*>(base_)->agent_flags, flags);
+}
+
+uint32_t ControlBlock::agent_flags() const {
+  return load(static_cast<const Header*>(base_)->agent_flags, std::memory_order_acquire);
 }
 
 uint64_t ControlBlock::header_seq() const {

@@ -35,14 +35,20 @@ inline constexpr uint32_t kFlagSaved = 1u << 2;     // its checkpoint shard is w
 // In a section the worker marked (evaluation, a checkpoint save): no step
 // is due until it ends, or until its own limit (section_limit_s) passes.
 inline constexpr uint32_t kFlagInSection = 1u << 3;
-// The last loss it reported is NaN or infinite (the loss field alone cannot
-// say: NaN there also means "none reported").
+// A loss it reported since it attached was NaN or infinite (sticky: the
+// agent samples, and the next finite loss must not hide it; the loss field
+// alone cannot say, NaN there also means "none reported").
 inline constexpr uint32_t kFlagLossNonFinite = 1u << 4;
 // It writes its threads' Python stacks to ELASTICRUN_STACK_FILE when it
 // receives ELASTICRUN_STACK_SIGNAL (faulthandler).
 inline constexpr uint32_t kFlagStacks = 1u << 5;
 // The longest section name a slot keeps (longer names are cut).
 inline constexpr size_t kSectionNameSize = 8;
+
+// Header flags, written by the agent once, before any worker starts.
+// The agent of a fixed job (static, standalone) publishes no scale events:
+// its workers' SDK answers elastic_event_detected() as without a block.
+inline constexpr uint32_t kAgentFixed = 1u << 0;
 
 enum class EventKind : uint32_t {
   none = 0,
@@ -116,6 +122,9 @@ class ControlBlock {
   // events over the block's life. Call it only while no worker runs: it
   // writes the slots, which otherwise belong to the workers.
   void reset(uint64_t generation);
+  // The header's agent flags (kAgent*): set once, before any worker starts.
+  void set_agent_flags(uint32_t flags);
+  uint32_t agent_flags() const;
   // Removes the file (the agent, at exit). The mapping stays valid.
   util::Status unlink();
 

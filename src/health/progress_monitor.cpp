@@ -109,10 +109,14 @@ std::optional<Fault> ProgressMonitor::check_rank(int lr, const Rank& r, const Ra
   if (config_.non_finite_loss && s.attached && s.loss_non_finite) {
     f.kind = FaultKind::kNonFiniteLoss;
     f.monitor = "non_finite_loss";
-    char value[32];
-    std::snprintf(value, sizeof value, "%g", s.loss);
     f.message =
-        rank_name(lr) + " reported a loss of " + value + " at step " + std::to_string(s.step);
+        rank_name(lr) + " reported a non-finite loss (seen by step " + std::to_string(s.step) + ")";
+    if (!std::isfinite(s.loss)) {
+      char value[32];
+      std::snprintf(value, sizeof value, "%g", s.loss);
+      f.message =
+          rank_name(lr) + " reported a loss of " + value + " at step " + std::to_string(s.step);
+    }
     return f;
   }
   if (r.in_section) {

@@ -50,9 +50,9 @@ struct ProgressConfig {
 struct RankSample {
   bool running = true;  // the worker has not exited
   bool attached = false;
-  int64_t step = -1;  // -1: none published yet
-  bool loss_non_finite = false;
-  double loss = 0;  // meaningful when loss_non_finite: the value reported
+  int64_t step = -1;             // -1: none published yet
+  bool loss_non_finite = false;  // a loss reported since the start was NaN or infinite
+  double loss = 0;               // the last loss reported
   bool in_section = false;
   Millis section_limit{0};  // 0: the section has no limit of its own
   std::string section;

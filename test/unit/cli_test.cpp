@@ -42,6 +42,9 @@ bool is_uuid4(const std::string& s) {
 // A value for each flag that differs from its default.
 const std::map<Flag, std::string> kSample = {
     {Flag::kWarmStartImports, "torch,numpy"},
+    {Flag::kHangTimeout, "120"},
+    {Flag::kStartupTimeout, "600"},
+    {Flag::kNonFiniteLoss, "off"},
     {Flag::kNnodes, "2"},
     {Flag::kNprocPerNode, "3"},
     {Flag::kRdzvBackend, "etcd"},
@@ -152,7 +155,10 @@ TEST_CASE("the flag table holds every torchrun 2.15 flag, hyperpodrun's extras a
                                           "max_stable_period",
                                           "config",
                                           "warm_start",
-                                          "warm_start_imports"};
+                                          "warm_start_imports",
+                                          "hang_timeout",
+                                          "startup_timeout",
+                                          "non_finite_loss"};
   std::set<std::string> dests;
   for (const auto& f : flag_table()) dests.insert(f.dest());
   CHECK(dests == expected);

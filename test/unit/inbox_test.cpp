@@ -14,7 +14,10 @@ namespace {
 
 struct RecordingControl final : AttemptControl {
   std::vector<std::string> stops;
+  elasticrun::supervisor::WorkerGroup group;
   void request_stop(const std::string& reason) override { stops.push_back(reason); }
+  void report_fault(const elasticrun::health::Fault& f) override { stops.push_back(f.describe()); }
+  const elasticrun::supervisor::WorkerGroup& workers() const override { return group; }
 };
 
 // A loop with the inbox attached, run until `want` messages have run.

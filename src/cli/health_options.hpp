@@ -1,0 +1,25 @@
+// The health monitors as the command line gives them (docs/health.md).
+//
+// Plain data, like ElasticOptions: src/cli does not depend on src/health;
+// the launch plan (agent/launch_plan) maps these onto the monitors' own
+// configuration. Values here are validated: times >= 0.
+#pragma once
+
+namespace elasticrun::cli {
+
+struct HealthOptions {
+  // --hang-timeout SECONDS|auto|off: no step progress for that long (after
+  // the first step) is a hang. auto derives the limit from the job's own
+  // step times (docs/health.md); off turns the monitor off.
+  enum class Hang { kAuto, kOff, kFixed };
+  Hang hang = Hang::kAuto;
+  double hang_seconds = 0;  // kFixed
+  // --startup-timeout SECONDS: no first step within that long of the
+  // workers' start is a fault; 0: no limit.
+  double startup_timeout = 0;
+  // --non-finite-loss on|off: a NaN or infinite loss reported through the
+  // SDK is a fault.
+  bool non_finite_loss = true;
+};
+
+}  // namespace elasticrun::cli
