@@ -1,6 +1,6 @@
 // Cgroups for the workers: finding this process's cgroup v2 (over fake /proc
 // trees), and real cgroups below it holding real processes that call
-// setsid, killed and removed.
+// setsid, killed and removed, by the agent and by its death watch.
 //
 // The real cases need a cgroup v2 this process may write (root, or a
 // delegated subtree); where there is none they pass with a warning that
@@ -9,6 +9,7 @@
 #include "supervisor/cgroup.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -23,6 +24,7 @@
 
 #include "process_helpers.hpp"
 #include "supervisor/cgroup_raw.hpp"
+#include "supervisor/death_watch.hpp"
 #include "supervisor/spawn.hpp"
 #include "temp_dir.hpp"
 
@@ -298,4 +300,88 @@ TEST_CASE("removing a cgroup removes the cgroups nested below it", "[cgroup]") {
   fs::create_directories(path + "/d");
   REQUIRE(job->remove().is_ok());
   CHECK_FALSE(fs::exists(path));
+}
+
+// ---------------------------------------------------------------------------
+// The death watch and the job cgroup
+
+namespace {
+
+struct AgentReport {
+  int32_t watch = -1;
+  int32_t worker = -1;
+  char job[512] = {};
+};
+
+// A stand-in agent, forked: makes a job cgroup, starts a death watch that
+// knows it and one worker in an attempt cgroup below it, reports, and waits
+// to be killed. The worker's setsid'd helper is in no group the watch
+// knows: only the cgroup reaches it. Never returns.
+[[noreturn]] void run_agent(int report_fd, const sv::SpawnSpec& worker) {
+  auto job = sv::Cgroup::create_job();
+  if (!job.is_ok()) ::_exit(10);
+  sv::DeathWatch watch;
+  if (!watch.start(&job.value()).is_ok()) ::_exit(11);
+  auto attempt = job.value().child("attempt_0");
+  if (!attempt.is_ok()) ::_exit(12);
+  sv::SpawnSpec s = worker;
+  s.cgroup_fd = attempt.value().procs_fd();
+  auto pid = sv::spawn(s);
+  if (!pid.is_ok()) ::_exit(13);
+  AgentReport r;
+  r.watch = watch.pid();
+  r.worker = pid.value();
+  std::strncpy(r.job, job.value().path().c_str(), sizeof(r.job) - 1);
+  if (::write(report_fd, &r, sizeof(r)) != static_cast<ssize_t>(sizeof(r))) ::_exit(14);
+  for (;;) ::pause();
+}
+
+std::optional<AgentReport> read_report(int fd) {
+  AgentReport r;
+  size_t got = 0;
+  auto* p = reinterpret_cast<char*>(&r);
+  const auto deadline = std::chrono::steady_clock::now() + kChildPatience;
+  while (got < sizeof(r)) {
+    pollfd pfd{fd, POLLIN, 0};
+    if (std::chrono::steady_clock::now() > deadline) return std::nullopt;
+    if (::poll(&pfd, 1, 100) <= 0) continue;
+    const ssize_t n = ::read(fd, p + got, sizeof(r) - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::nullopt;
+    got += static_cast<size_t>(n);
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("when the agent is SIGKILLed its death watch kills the job cgroup and removes it",
+          "[cgroup]") {
+  if (!job_or_warn()) return;  // made and removed again: the stand-in makes its own
+  TempDir dir;
+  const sv::SpawnSpec worker = worker_with_setsid_helper(dir);
+  int report[2];
+  REQUIRE(::pipe2(report, O_CLOEXEC) == 0);
+  UniqueFd report_read(report[0]);
+  const pid_t agent_pid = ::fork();
+  REQUIRE(agent_pid >= 0);
+  if (agent_pid == 0) run_agent(report[1], worker);
+  ::close(report[1]);
+  Child agent(agent_pid);
+
+  auto r = read_report(report_read.get());
+  REQUIRE(r);
+  CgroupSweep sweep(r->job);
+  auto helper = read_pid_file(dir / "gc");
+  REQUIRE(helper);
+  Stray stray(*helper, 0);
+  REQUIRE(::getsid(*helper) == *helper);
+  REQUIRE(in_cgroup(*helper, std::string(r->job) + "/attempt_0"));
+
+  REQUIRE(::kill(agent_pid, SIGKILL) == 0);
+  REQUIRE(term_signal(agent.wait()) == SIGKILL);
+  CHECK(eventually([&] { return process_gone(*helper); }));
+  CHECK(eventually([&] { return process_gone(r->worker); }));
+  CHECK(eventually([&] { return process_gone(r->watch); }));
+  CHECK_FALSE(fs::exists(r->job));
 }
