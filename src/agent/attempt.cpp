@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "elasticrun/errors.hpp"
+#include "supervisor/descendants.hpp"
 
 namespace elasticrun::agent {
 namespace {
@@ -59,9 +60,15 @@ RankPlan plan_rank_logs(const AgentConfig& c, const fs::path& rank_dir, int loca
 // One attempt: start the workers, watch them until every one has exited.
 class Attempt {
  public:
-  Attempt(const AgentConfig& c, supervisor::DeathWatch& watch, WarmPool* warm, int restart_count,
-          const AttemptHooks& hooks)
-      : config_(c), group_(&watch), warm_(warm), restart_count_(restart_count), hooks_(hooks) {
+  Attempt(const AgentConfig& c, supervisor::DeathWatch& watch, WarmPool* warm,
+          supervisor::Cgroup* job_cgroup, int restart_count, const AttemptHooks& hooks)
+      : config_(c),
+        watch_(watch),
+        group_(&watch),
+        warm_(warm),
+        job_cgroup_(job_cgroup),
+        restart_count_(restart_count),
+        hooks_(hooks) {
     uv_loop_init(&loop_);
     uv_signal_init(&loop_, &sigchld_);
     sigchld_.data = this;
@@ -110,6 +117,17 @@ class Attempt {
       specs[r].stderr_fd =
           stream_fd(logs[r].err, STDERR_FILENO, logs[r].prefix, err_copy, child_fds);
     }
+    // A cgroup of this attempt's own, below the job's: what a worker starts,
+    // setsid or not, stays in it, and is killed with it when the attempt ends.
+    if (job_cgroup_ && job_cgroup_->valid()) {
+      auto cg = job_cgroup_->child(attempt_dir.filename().string());
+      if (cg.is_ok()) {
+        cgroup_ = std::move(cg).value();
+      } else {
+        log_->warn("{}; this attempt's workers run without one", cg.status().message());
+      }
+    }
+    for (auto& s : specs) s.cgroup_fd = cgroup_.procs_fd();
     uv_signal_start(
         &sigchld_, [](uv_signal_t* h, int) { static_cast<Attempt*>(h->data)->on_child(); },
         SIGCHLD);
@@ -154,8 +172,18 @@ class Attempt {
     if (!done_) uv_run(&loop_, UV_RUN_DEFAULT);
     // An attempt shorter than the refill delay: the next one still finds interpreters.
     if (warm_) warm_->refill();
-    // Whatever the workers left behind in their process groups dies with them.
+    // Whatever the workers left behind dies with them: what is in their
+    // process groups, what left those (setsid) but not the cgroup, and what
+    // was handed to us as the subreaper when its parent died. The idle warm
+    // interpreters and the death watch are ours, not theirs.
     group_.signal_all(SIGKILL);
+    if (st = cgroup_.kill(); !st) log_->warn("{}", st.message());
+    if (st = cgroup_.remove(); !st) log_->warn("{}", st.message());
+    std::vector<pid_t> helpers = warm_ ? warm_->idle_pids() : std::vector<pid_t>{};
+    helpers.push_back(watch_.pid());
+    if (const size_t n = supervisor::kill_reparented(helpers); n > 0) {
+      log_->info("{} process(es) the workers left behind were killed and reaped", n);
+    }
     group_.forget();
     pump_.drain_and_close();
     return outcome_;
@@ -340,8 +368,11 @@ class Attempt {
   }
 
   const AgentConfig& config_;
+  supervisor::DeathWatch& watch_;
   supervisor::WorkerGroup group_;
   WarmPool* warm_;
+  supervisor::Cgroup* job_cgroup_;
+  supervisor::Cgroup cgroup_;  // this attempt's, when there is a job cgroup
   int restart_count_;
   AttemptHooks hooks_;
   uv_loop_t loop_{};
@@ -453,7 +484,7 @@ AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, co
       run_hook("pre-train", config.pre_train_command, node.base) != 0) {
     log->error("pre-train script failed: the workers of attempt {} do not start", attempt_index);
   } else {
-    Attempt attempt(config, *node.watch, node.warm, a.restart_count, hooks);
+    Attempt attempt(config, *node.watch, node.warm, node.job_cgroup, a.restart_count, hooks);
     result.outcome = attempt.run(std::move(specs), logs, attempt_dir);
     result.failures = attempt.failures();
     result.stop_signal = attempt.stop_signal();
