@@ -25,6 +25,7 @@ under CI).
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -35,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WORKERS, pid_alive
+from conftest import WORKERS
 from launcher_fixtures import (
     RUN_TIMEOUT_S,
     elasticrun,  # noqa: F401 (fixture)
@@ -77,6 +78,7 @@ def _own_cgroup_dir() -> tuple[Path | None, str]:
     return None, f"no cgroup2 mount shows this process's cgroup {own}"
 
 
+@functools.cache
 def cgroup_v2_unwritable() -> str:
     """Why the agent cannot make the job's cgroup here; empty when it can.
     Tried the agent's way: make a cgroup and move a process into it."""
@@ -143,7 +145,8 @@ def start(procs, marker, elasticrun, tmp_path: Path, then: str, warm: bool,  # n
         # adoption as workers, not torch.
         flags += ["--warm-start", "--warm-start-imports", "json"]
     proc = procs.spawn(
-        [*(prefix or []), elasticrun, *flags, WORKER, "--dir", state, "--depth", str(DEPTH), "--then", then],
+        [*(prefix or []), elasticrun, *flags,
+         WORKER, "--dir", state, "--depth", str(DEPTH), "--then", then],
         "elasticrun",
         env=launcher_env(marker, tmp_path / "tmp"),
         cwd=tmp_path,
