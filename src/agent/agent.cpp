@@ -12,6 +12,7 @@
 #include "agent/fixed_agent.hpp"
 #include "agent/worker_env.hpp"
 #include "control/control_block.hpp"
+#include "supervisor/cgroup.hpp"
 #include "supervisor/death_watch.hpp"
 #include "supervisor/spawn.hpp"
 #include "util/logging.hpp"
@@ -77,12 +78,24 @@ int run_agent(const AgentConfig& config) {
   ::signal(SIGPIPE, SIG_IGN);
   util::Status st = supervisor::become_subreaper();
   if (!st) log->warn("{}; orphaned grandchildren will not be reaped by the agent", st.message());
+  // Where the machine lets us, each attempt's workers run in a cgroup below
+  // the job's (supervisor/cgroup.hpp): nothing they start, setsid or not,
+  // outlives the attempt, nor a killed agent, whose death watch kills it.
+  supervisor::Cgroup job_cgroup;
+  if (auto cg = supervisor::Cgroup::create_job(); cg.is_ok()) {
+    job_cgroup = std::move(cg).value();
+  } else {
+    log->info(
+        "{}: workers run without a cgroup, and what they leave behind is found as our orphans",
+        cg.status().message());
+  }
   supervisor::DeathWatch watch;
-  st = watch.start();
+  st = watch.start(&job_cgroup);
   if (!st) log->warn("{}; workers' descendants may outlive a killed agent", st.message());
 
   NodeContext node;
   node.watch = &watch;
+  node.job_cgroup = &job_cgroup;
   node.run_dir = make_run_dir(config);
   char hostbuf[256] = {};
   ::gethostname(hostbuf, sizeof(hostbuf) - 1);

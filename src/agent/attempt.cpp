@@ -10,6 +10,7 @@
 #include "agent/failure_report.hpp"
 #include "agent/fault_record.hpp"
 #include "elasticrun/errors.hpp"
+#include "supervisor/descendants.hpp"
 
 namespace elasticrun::agent {
 namespace {
@@ -72,6 +73,7 @@ class Attempt final : public AttemptControl {
         node_(node),
         group_(node.watch),
         warm_(node.warm),
+        job_cgroup_(node.job_cgroup),
         restart_count_(restart_count),
         attempt_dir_(std::move(attempt_dir)),
         stack_files_(std::move(stack_files)),
@@ -132,6 +134,17 @@ class Attempt final : public AttemptControl {
       specs[r].stderr_fd =
           stream_fd(logs[r].err, STDERR_FILENO, logs[r].prefix, err_copy, child_fds);
     }
+    // A cgroup of this attempt's own, below the job's: what a worker starts,
+    // setsid or not, stays in it, and is killed with it when the attempt ends.
+    if (job_cgroup_ && job_cgroup_->valid()) {
+      auto cg = job_cgroup_->child(attempt_dir.filename().string());
+      if (cg.is_ok()) {
+        cgroup_ = std::move(cg).value();
+      } else {
+        log_->warn("{}; this attempt's workers run without one", cg.status().message());
+      }
+    }
+    for (auto& s : specs) s.cgroup_fd = cgroup_.procs_fd();
     uv_signal_start(
         &sigchld_, [](uv_signal_t* h, int) { static_cast<Attempt*>(h->data)->on_child(); },
         SIGCHLD);
@@ -184,8 +197,18 @@ class Attempt final : public AttemptControl {
     if (!done_) uv_run(&loop_, UV_RUN_DEFAULT);
     // An attempt shorter than the refill delay: the next one still finds interpreters.
     if (warm_) warm_->refill();
-    // Whatever the workers left behind in their process groups dies with them.
+    // Whatever the workers left behind dies with them: what is in their
+    // process groups, what left those (setsid) but not the cgroup, and what
+    // was handed to us as the subreaper when its parent died. The idle warm
+    // interpreters and the death watch are ours, not theirs.
     group_.signal_all(SIGKILL);
+    if (st = cgroup_.kill(); !st) log_->warn("{}", st.message());
+    if (st = cgroup_.remove(); !st) log_->warn("{}", st.message());
+    std::vector<pid_t> helpers = warm_ ? warm_->idle_pids() : std::vector<pid_t>{};
+    helpers.push_back(node_.watch->pid());
+    if (const size_t n = supervisor::kill_reparented(helpers); n > 0) {
+      log_->info("{} process(es) the workers left behind were killed and reaped", n);
+    }
     group_.forget();
     pump_.drain_and_close();
     return outcome_;
@@ -415,6 +438,8 @@ class Attempt final : public AttemptControl {
   const NodeContext& node_;
   supervisor::WorkerGroup group_;
   WarmPool* warm_;
+  supervisor::Cgroup* job_cgroup_;
+  supervisor::Cgroup cgroup_;  // this attempt's, when there is a job cgroup
   int restart_count_;
   fs::path attempt_dir_;
   std::vector<std::string> stack_files_;  // of each local rank

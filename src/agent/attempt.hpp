@@ -24,6 +24,7 @@
 #include "agent/worker_env.hpp"
 #include "control/control_block.hpp"
 #include "health/fault.hpp"
+#include "supervisor/cgroup.hpp"
 #include "supervisor/death_watch.hpp"
 #include "supervisor/log_pump.hpp"
 #include "supervisor/worker_group.hpp"
@@ -117,6 +118,9 @@ class AttemptDelegate {
 // What a node knows for every attempt: set up once by run_agent.
 struct NodeContext {
   supervisor::DeathWatch* watch = nullptr;
+  // The job's cgroup, below which each attempt's workers run; none (null or
+  // not valid) where the machine does not let the agent make one.
+  supervisor::Cgroup* job_cgroup = nullptr;
   std::filesystem::path run_dir;
   std::string host;                         // this host's name (log prefixes)
   std::map<std::string, std::string> base;  // the workers' base environment

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "agent/worker_env.hpp"
+#include "supervisor/cgroup.hpp"
 
 namespace elasticrun::agent {
 namespace {
@@ -160,7 +161,14 @@ pid_t WarmPool::activate(const supervisor::SpawnSpec& spec) {
     }
     Interpreter w = *it;
     it = idle_.erase(it);
-    if (send(w, spec)) {
+    // It is still our child, unreaped, unless pidfd_send_signal says it is
+    // gone: only then could its pid be someone else's by now.
+    const bool alive = ::syscall(SYS_pidfd_send_signal, w.pidfd, 0, nullptr, 0) == 0;
+    if (alive && spec.cgroup_fd >= 0 && !supervisor::move_to_cgroup(spec.cgroup_fd, w.pid)) {
+      discard(w);
+      continue;
+    }
+    if (alive && send(w, spec)) {
       ::close(w.channel);
       ::close(w.pidfd);
       return w.pid;
@@ -226,6 +234,12 @@ bool WarmPool::send(const Interpreter& w, const supervisor::SpawnSpec& spec) {
     sent += static_cast<size_t>(k);
   }
   return true;
+}
+
+std::vector<pid_t> WarmPool::idle_pids() const {
+  std::vector<pid_t> pids;
+  for (const Interpreter& w : idle_) pids.push_back(w.pid);
+  return pids;
 }
 
 void WarmPool::discard(Interpreter& w) {

@@ -68,6 +68,8 @@ class WarmPool {
 
   // Hands spec (a worker's command, environment, cwd and stdout/stderr
   // descriptors) to an idle interpreter and returns its pid: the worker.
+  // With spec.cgroup_fd, the interpreter joins that cgroup before it learns
+  // its script, so nothing the script starts is outside it.
   // 0 when there is none of spec's CPU affinity, or spec is not a Python
   // worker of this job, or every such idle interpreter had died: start spec
   // as usual then.
@@ -80,6 +82,8 @@ class WarmPool {
   size_t wait_ready(std::chrono::milliseconds timeout);
 
   size_t idle() const { return idle_.size(); }
+  // The idle interpreters: children of the agent that are not workers (yet).
+  std::vector<pid_t> idle_pids() const;
 
  private:
   struct Interpreter {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,6 +11,9 @@
 #include <cstdint>
 #include <cstring>
 #include <iterator>
+#include <string>
+
+#include "supervisor/cgroup_raw.hpp"
 
 namespace elasticrun::supervisor {
 namespace {
@@ -20,8 +24,25 @@ constexpr size_t kMessageSize = sizeof(int32_t);
 // Messages per write: PIPE_BUF bytes, the most one atomic write carries.
 constexpr size_t kBatchBytes = PIPE_BUF;
 
+// How long the watch tries to remove the job cgroup once it has killed it:
+// its processes must exit first, and one in uninterruptible sleep takes its time.
+constexpr int kRemoveTries = 500;
+constexpr timespec kRemovePause{0, 10 * 1000 * 1000};
+
+// Kills everything in the job cgroup and removes it, and the attempts'
+// cgroups below it, as far as it can. Async-signal-safe.
+void end_job_cgroup(int dir_fd, const char* path) {
+  const bool by_pid = cgroup_write_kill(dir_fd) == -ENOENT;  // before Linux 5.14, or gone
+  for (int i = 0; i < kRemoveTries; ++i) {
+    if (by_pid) cgroup_kill_listed(dir_fd);
+    cgroup_remove_below(dir_fd);
+    if (::rmdir(path) == 0 || errno == ENOENT) return;
+    ::nanosleep(&kRemovePause, nullptr);
+  }
+}
+
 // Runs in the forked child: only async-signal-safe calls from here on.
-[[noreturn]] void watch(int read_fd) {
+[[noreturn]] void watch(int read_fd, int cgroup_fd, const char* cgroup_path) {
   ::setpgid(0, 0);
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) {
     ::signal(sig, SIG_IGN);
@@ -59,12 +80,16 @@ constexpr size_t kBatchBytes = PIPE_BUF;
     have -= used;
   }
   for (int i = 0; i < count; ++i) ::kill(-groups[i], SIGKILL);
+  if (cgroup_fd >= 0) end_job_cgroup(cgroup_fd, cgroup_path);
   ::_exit(0);
 }
 
 }  // namespace
 
-util::Status DeathWatch::start() {
+util::Status DeathWatch::start(const Cgroup* job) {
+  // The child reads these from its copy of our memory: no allocation there.
+  const int cgroup_fd = job != nullptr && job->valid() ? job->dir_fd() : -1;
+  const std::string cgroup_path = cgroup_fd >= 0 ? job->path() : std::string();
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return util::Status(errno, "death watch: pipe2");
   pid_t pid = ::fork();
@@ -79,9 +104,9 @@ util::Status DeathWatch::start() {
     // Close everything else we inherited, in particular other write ends
     // that would keep the pipe open (none today, but cheap insurance).
     for (int fd = 3; fd < 1024; ++fd) {
-      if (fd != fds[0]) ::close(fd);
+      if (fd != fds[0] && fd != cgroup_fd) ::close(fd);
     }
-    watch(fds[0]);
+    watch(fds[0], cgroup_fd, cgroup_path.c_str());
   }
   ::close(fds[0]);
   pid_ = pid;

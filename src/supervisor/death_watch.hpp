@@ -7,14 +7,18 @@
 // tells it each process group it starts and retires. When the pipe reaches
 // EOF (the agent exited or was killed: the kernel closes its descriptors
 // either way) the watch sends SIGKILL to every group still registered and
-// exits. It sits in a process group of its own and ignores the terminal's
-// signals, so a Ctrl-C or a kill of the agent's group does not take it first.
+// exits. Given the job's cgroup (cgroup.hpp), it then kills that too, which
+// reaches what left every process group (setsid), and removes it with the
+// attempts' cgroups below it. It sits in a process group of its own, outside
+// the job cgroup, and ignores the terminal's signals, so a Ctrl-C or a kill
+// of the agent's group does not take it first.
 #pragma once
 
 #include <sys/types.h>
 
 #include <span>
 
+#include "supervisor/cgroup.hpp"
 #include "util/result.hpp"
 
 namespace elasticrun::supervisor {
@@ -27,8 +31,10 @@ class DeathWatch {
   DeathWatch& operator=(const DeathWatch&) = delete;
 
   // Forks the watch. Call early, before threads hold locks the child might need
-  // (the child only calls read, kill and _exit).
-  util::Status start();
+  // (the child only makes system calls). job: the job cgroup to kill and
+  // remove when the agent is gone, or none; the watch keeps its own
+  // descriptor of it, so job may go first (then the watch finds it gone).
+  util::Status start(const Cgroup* job = nullptr);
   bool running() const { return pid_ > 0; }
   pid_t pid() const { return pid_; }
 

@@ -81,6 +81,7 @@ struct ChildPlan {
   int fds[3] = {-1, -1, -1};
   int extra_fd = -1;  // becomes the child's fd 3
   int report_fd = -1;
+  int cgroup_fd = -1;  // cgroup.procs to write "0" to, or -1
   int parent_death_signal = 0;
   // sched_setaffinity's mask: bit c of word c / 64 is CPU c. Empty: no call.
   std::vector<unsigned long> affinity;
@@ -112,10 +113,22 @@ struct ChildError {
   int err;
 };
 
-enum Step : int { kSetpgid = 1, kSignals, kDeathSignal, kOrphaned, kAffinity, kDup, kChdir, kExec };
+enum Step : int {
+  kCgroup = 1,
+  kSetpgid,
+  kSignals,
+  kDeathSignal,
+  kOrphaned,
+  kAffinity,
+  kDup,
+  kChdir,
+  kExec
+};
 
 const char* step_name(int step) {
   switch (step) {
+    case kCgroup:
+      return "joining its cgroup";
     case kSetpgid:
       return "setsid";
     case kSignals:
@@ -202,6 +215,14 @@ ELASTICRUN_CHILD_CODE void close_other_fds(const ChildPlan& p) {
 // The child, from clone (or fork) to exec. Never returns.
 ELASTICRUN_CHILD_CODE int child_main(void* arg) {
   ChildPlan& p = *static_cast<ChildPlan*>(arg);
+  // Into the attempt's cgroup before anything else: whatever the program
+  // forks from here on, setsid or not, starts in it and stays there.
+  if (p.cgroup_fd >= 0) {
+    static constexpr char kSelf[] = "0";
+    if (long r = sys(SYS_write, p.cgroup_fd, reinterpret_cast<long>(kSelf), 1); r < 0) {
+      child_fail(p, kCgroup, r);
+    }
+  }
   // A session of its own, as torchrun's start_new_session: its own process
   // group (pgid = pid) and no controlling terminal, so a Ctrl-C reaches
   // the agent only and the agent decides what the workers get.
@@ -313,6 +334,7 @@ std::unique_ptr<ChildPlan, PendingSpawn::PlanDeleter> make_plan(const SpawnSpec&
   p->fds[1] = spec.stdout_fd;
   p->fds[2] = spec.stderr_fd;
   p->extra_fd = spec.extra_fd;
+  p->cgroup_fd = spec.cgroup_fd;
   p->parent_death_signal = spec.parent_death_signal;
   if (!spec.cpu_affinity.empty()) {
     // Just long enough for the highest CPU: the kernel zero-fills a shorter

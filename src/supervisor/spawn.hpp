@@ -7,11 +7,12 @@
 // when the agent is SIGKILLed), the given environment and standard streams,
 // and no other inherited descriptor, optionally a CPU affinity (set with
 // sched_setaffinity before the exec, so the program's first thread and
-// every thread it starts have it). An exec failure is reported to the
-// parent synchronously through a close-on-exec pipe, so "no such file" is an
-// error from spawn(), not a mysterious exit code 127 later. On x86-64 the
-// child runs on the parent's memory until its exec instead of on a copy
-// (spawn.cpp, ChildPlan, says why and what that rules out).
+// every thread it starts have it) and a cgroup (joined first of all, so
+// that nothing the program starts is ever outside it). An exec failure is
+// reported to the parent synchronously through a close-on-exec pipe, so "no
+// such file" is an error from spawn(), not a mysterious exit code 127 later.
+// On x86-64 the child runs on the parent's memory until its exec instead of
+// on a copy (spawn.cpp, ChildPlan, says why and what that rules out).
 #pragma once
 
 #include <sys/types.h>
@@ -45,6 +46,11 @@ struct SpawnSpec {
   // refuses (no CPU of it online and in the child's cpuset) fails the
   // spawn with EINVAL from sched_setaffinity.
   std::vector<int> cpu_affinity;
+  // A cgroup.procs file open for writing (Cgroup::procs_fd()): the child
+  // writes "0" to it, joining that cgroup, before anything else. -1 stays
+  // in the parent's cgroup. A cgroup that cannot be joined (gone, not
+  // ours) fails the spawn with the kernel's error.
+  int cgroup_fd = -1;
 };
 
 // Forks and execs. Returns the child's pid, which is also its process group id.

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -71,6 +72,45 @@ bool eventually(Pred pred) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 }
+
+// True once pid no longer runs: it is gone, or it is a zombie that its parent
+// (init, for a reparented grandchild) has not collected yet.
+inline bool process_gone(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return true;  // vanished meanwhile
+  const char state = stat[paren + 2];
+  return state == 'Z' || state == 'X';
+}
+
+// A pid written by a script (echo $! > f.tmp && mv f.tmp f), once it is there.
+inline std::optional<pid_t> read_pid_file(const std::string& path) {
+  if (!eventually([&] { return std::ifstream(path).good(); })) return std::nullopt;
+  return static_cast<pid_t>(std::stol(slurp(path)));
+}
+
+// Kills a process this test does not parent (a worker's child) and whatever
+// is left of its process group on scope exit, so that no sleep outlives the
+// test holding its stdout.
+class Stray {
+ public:
+  Stray(pid_t pid, pid_t pgid) : pid_(pid), pgid_(pgid) {}
+  ~Stray() {
+    // ESRCH when the group is already empty: a group id is not reused while
+    // the group has members.
+    if (pgid_ > 0) ::kill(-pgid_, SIGKILL);
+    if (pid_ > 0 && !process_gone(pid_)) ::kill(pid_, SIGKILL);
+  }
+  Stray(const Stray&) = delete;
+  Stray& operator=(const Stray&) = delete;
+
+ private:
+  pid_t pid_;
+  pid_t pgid_;
+};
 
 // A direct child: kill()ed and reaped on scope exit unless already reaped.
 class Child {

@@ -63,45 +63,6 @@ std::vector<std::string> split_lines(const std::string& text) {
   return lines;
 }
 
-// True once pid no longer runs: it is gone, or it is a zombie that its parent
-// (init, for a reparented grandchild) has not collected yet.
-bool process_gone(pid_t pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  std::getline(in, stat);
-  const size_t paren = stat.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= stat.size()) return true;  // vanished meanwhile
-  const char state = stat[paren + 2];
-  return state == 'Z' || state == 'X';
-}
-
-// A pid written by a script (echo $! > f.tmp && mv f.tmp f), once it is there.
-std::optional<pid_t> read_pid_file(const std::string& path) {
-  if (!eventually([&] { return fs::exists(path); })) return std::nullopt;
-  return static_cast<pid_t>(std::stol(slurp(path)));
-}
-
-// Kills a process this test does not parent (a worker's child) and whatever
-// is left of its process group on scope exit, so that no sleep outlives the
-// test holding its stdout.
-class Stray {
- public:
-  Stray(pid_t pid, pid_t pgid) : pid_(pid), pgid_(pgid) {}
-  ~Stray() {
-    // ESRCH when the group is already empty: a group id is not reused while
-    // the group has members.
-    if (pgid_ > 0) ::kill(-pgid_, SIGKILL);
-    if (pid_ > 0 && !process_gone(pid_)) ::kill(pid_, SIGKILL);
-  }
-  Stray(const Stray&) = delete;
-  Stray& operator=(const Stray&) = delete;
-
- private:
-  pid_t pid_;
-  pid_t pgid_;
-};
-
 // Reaps a WorkerGroup until every worker has exited; collects the exits.
 std::vector<sv::WorkerExit> reap_all(sv::WorkerGroup& group) {
   std::vector<sv::WorkerExit> exits;
