@@ -51,7 +51,13 @@ TORCHRUN_VARS = (
 
 # Variables whose differences are deliberate or checked by a test of their
 # own, so that the scenario comparisons stay about everything else.
-KNOWN_DIFFERENT_VARS: set[str] = set()
+# Ours, on top of torchrun's: every elasticrun worker can reach its agent's
+# control block (progress for the health monitors, scale events) and be asked
+# for its Python stacks (docs/health.md); torchrun's workers have neither.
+# test_health.py checks what they point at.
+KNOWN_DIFFERENT_VARS: set[str] = {
+    "ELASTICRUN_CONTROL_FILE", "ELASTICRUN_STACK_FILE", "ELASTICRUN_STACK_SIGNAL",
+}
 
 ABSENT = "<absent>"
 UUID4_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
