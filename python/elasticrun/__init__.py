@@ -59,6 +59,7 @@ from ._control import (
     Slot,
     kind_name,
 )
+from ._release import Releaser
 from .batch import (
     BatchPlan,
     admissible_world_sizes,
@@ -133,6 +134,7 @@ class _Session:
         self.compute_s: Optional[float] = None  # timed by compute(), for the next step()
         self.sections: list[tuple[str, int]] = []  # open section() blocks, innermost last
         self.stack_file = None  # kept open: faulthandler writes to its descriptor
+        self.releaser = None  # the thread that releases collectives after a failure
 
     def open_block(self) -> Optional[ControlBlock]:
         if self.block is None and self.control_file is not None:
@@ -160,11 +162,17 @@ def _on_sigusr1(signum, frame) -> None:
         previous(signum, frame)
 
 
-def attach() -> bool:
+def attach(release_collectives: bool = True) -> bool:
     """Handles SIGUSR1 (chaining a Python handler installed before) and,
     under elasticrun, marks this rank ATTACHED in the control block, which
     tells the agent it may signal it. Call it from the main thread, before
-    training. Idempotent. True when a control block was found."""
+    training. Idempotent. True when a control block was found.
+
+    release_collectives: when the round ends by a failure (here or on
+    another node), a thread releases this process's collectives (the NCCL
+    abort; for gloo, its connections are shut down), so that a call blocked
+    on a dead or stuck peer raises at once instead of after the process
+    group's timeout (_release.py)."""
     session = _get()
     if not session.attached:
         # The handler first: once ATTACHED is visible the agent may signal,
@@ -178,6 +186,9 @@ def attach() -> bool:
             flags |= FLAG_STACKS
         if block is not None:
             block.set_flags(session.local_rank, flags)
+            if release_collectives:
+                session.releaser = Releaser(block, os.environ.get("RANK", "?"))
+                session.releaser.start()
         session.attached = True
     return session.block is not None
 

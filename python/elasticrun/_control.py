@@ -226,14 +226,23 @@ class ControlBlock:
 
     def read_event(self) -> Event:
         """A consistent snapshot of the event fields."""
+        seq, event = self.snapshot_event()
+        self._cached_seq, self._cached_event = seq, event
+        return event
+
+    def snapshot_event(self) -> tuple[int, Event]:
+        """(the header's seqlock value, the event) without touching the cache
+        event() keeps, so that another thread may call it."""
         seq, fields = self._read_consistent(
             _HEADER_SEQ, lambda: _EVENT.unpack_from(self._mm, _EVENT_OFFSET)
         )
         gen, event_seq, stop, kind, world, deadline, raw = fields
         reason = raw.split(b"\0", 1)[0].decode("utf-8", errors="replace")
-        event = Event(gen, event_seq, stop, kind, world, deadline, reason)
-        self._cached_seq, self._cached_event = seq, event
-        return event
+        return seq, Event(gen, event_seq, stop, kind, world, deadline, reason)
+
+    def header_seq(self) -> int:
+        """The header's seqlock: it changes with every update of the header."""
+        return self._q[_HEADER_SEQ]
 
     def event(self) -> Event:
         """read_event(), but while the header's sequence number has not moved

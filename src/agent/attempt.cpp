@@ -382,6 +382,7 @@ class Attempt final : public AttemptControl {
       }
     }
     stop(0, why, grace + window);
+    kill_stopped();
     if (rescuers_.empty()) return;
     log_->info("{} worker(s) may save a rescue: {} in {} ms unless one is under way",
                rescuers_.size(), supervisor::signal_name(config_.shutdown_signal), window.count());
@@ -399,6 +400,16 @@ class Attempt final : public AttemptControl {
           }
         },
         static_cast<uint64_t>(window.count()), 0);
+  }
+
+  // A stopped worker (SIGSTOP) acts on no polite signal until it continues,
+  // and continuing it would let it run on: it is killed at once.
+  void kill_stopped() {
+    for (int lr = 0; lr < static_cast<int>(group_.size()); ++lr) {
+      if (group_.exited(lr) || !process_stopped(group_.pid(lr))) continue;
+      log_->warn("worker local rank {} (pid {}) is stopped: killing it", lr, group_.pid(lr));
+      group_.signal_group(lr, SIGKILL);
+    }
   }
 
   // Stops the workers with sig (0: the caller signals them) and SIGKILLs

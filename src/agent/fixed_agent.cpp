@@ -77,11 +77,30 @@ class FixedRound final : public AttemptDelegate {
 
   void on_fault(const health::Fault& fault) override { tell_others(fault.describe()); }
 
+  // Another node failed: this node's workers stop as after a failure here.
+  bool tell_stop(supervisor::WorkerGroup& workers) override {
+    (void)workers;
+    publish_failure("a worker failed on another node");
+    return false;
+  }
+
  private:
+  // This node's survivors learn it from the control block (their SDK
+  // releases their collectives), the other nodes from the restart request.
   void tell_others(const std::string& what) {
+    publish_failure(what);
     if (!restarts_) return;
     restarts_->request_restart(attempt_,
                                "node rank " + std::to_string(config_.node_rank) + ": " + what);
+  }
+
+  void publish_failure(const std::string& why) {
+    if (!node_.control) return;
+    control::ControlBlock::Event ev;
+    ev.generation = static_cast<uint64_t>(attempt_);
+    ev.kind = control::EventKind::restart;
+    ev.reason = why;
+    node_.control->publish_event(ev);
   }
 
   const AgentConfig& config_;

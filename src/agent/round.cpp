@@ -205,6 +205,17 @@ void Round::on_failure(const supervisor::WorkerExit& exit) {
   fail(exit.describe());
 }
 
+// This node's survivors learn of the failure at once from the block (their
+// SDK releases their collectives); the other nodes' from the end record.
+void Round::publish_failure(const std::string& reason) {
+  if (!control_) return;
+  control::ControlBlock::Event ev;
+  ev.generation = place_.round;
+  ev.kind = control::EventKind::restart;
+  ev.reason = reason;
+  control_->publish_event(ev);
+}
+
 void Round::on_fault(const health::Fault& fault) {
   EndRecord rec;
   rec.kind = EndKind::kRestart;
@@ -212,6 +223,7 @@ void Round::on_fault(const health::Fault& fault) {
   rec.survivors = place_.group_world_size;
   rec.wait = rc_.rejoin_timeout;
   rec.reason = "a health fault on " + rc_.host + ": " + fault.describe();
+  publish_failure(rec.reason);
   end_round(rec, rec.reason + "; ending the round");
 }
 
@@ -222,6 +234,7 @@ void Round::fail(const std::string& what) {
   rec.survivors = place_.group_world_size;
   rec.wait = rc_.rejoin_timeout;
   rec.reason = "a worker on " + rc_.host + " failed (" + what + ")";
+  publish_failure(rec.reason);
   end_round(rec, rec.reason + "; ending the round");
 }
 

@@ -64,6 +64,7 @@ class Round final : public AttemptDelegate, public rendezvous::RoundListener {
   void ended(const rendezvous::EndRecord& record, AttemptControl& control);
   void stop_step_agreed(int64_t step);
   void end_round(rendezvous::EndRecord record, std::string log_line);
+  void publish_failure(const std::string& reason);
 
   const AgentConfig& config_;
   const rendezvous::RendezvousConfig& rc_;

@@ -75,9 +75,9 @@ std::vector<StackResult> capture_stacks(const std::vector<StackTarget>& targets,
     r.local_rank = t.local_rank;
     r.pid = t.pid;
     r.stopped = process_stopped(t.pid);
-    // A stopped process runs no signal handler until it continues.
-    if (r.stopped) ::kill(t.pid, SIGCONT);
-    if (t.registered) {
+    // A stopped process runs no signal handler, and continuing it could let
+    // the job run on for a moment: py-spy reads it as it is, or nothing does.
+    if (t.registered && !r.stopped) {
       append_header(t, "faulthandler");
       ::kill(t.pid, stack_signal());
       r.how = "faulthandler";
@@ -97,6 +97,8 @@ std::vector<StackResult> capture_stacks(const std::vector<StackTarget>& targets,
       } else {
         r.how = "none: " + pid.status().message();
       }
+    } else if (r.stopped) {
+      r.how = "none: the process is stopped and py-spy is not on PATH";
     } else {
       r.how = "none: the worker does not use the SDK and py-spy is not on PATH";
     }

@@ -7,7 +7,8 @@
 // thread is blocked inside a collective. Any other Python worker is read
 // from outside with py-spy (`py-spy dump --nonblocking`), when py-spy is on
 // the workers' PATH and the agent may ptrace them. A stopped worker
-// (SIGSTOP) gets SIGCONT first: a stopped process runs no handler.
+// (SIGSTOP) runs no handler, and is not continued for one (the job could
+// run on for a moment): only py-spy, which reads it as it is, can dump it.
 #pragma once
 
 #include <sys/types.h>

@@ -1,0 +1,143 @@
+"""Releasing a worker from a collective that will never finish.
+
+When a round ends by a failure (a worker died or hung, a node was lost,
+on this node or another), the survivors are often blocked inside a
+collective with a peer that is gone, stopped or cut off: gloo waits for its
+timeout (30 minutes by default), NCCL for its own (10). The agent publishes
+the failure in the control block; a thread of the SDK watches for it and
+releases the process's collectives, so the blocked call raises at once and
+the training loop's error handler can save a rescue (checkpoint.py) while
+the agent's rescue window lasts.
+
+How, per backend, in torch 2.x:
+- NCCL: torch.distributed's process-group abort (ncclCommAbort).
+- gloo: ProcessGroupGloo has no abort (the base class's is a no-op), so the
+  connections are shut down instead: every established TCP socket of this
+  process except those of the store (MASTER_ADDR:MASTER_PORT), which the
+  rescue still uses. The blocked collective then raises "Connection closed
+  by peer" within milliseconds. Listening sockets are left alone: gloo's
+  listener aborts the process when its socket is shut down under it.
+
+The watcher never imports torch: a process that has not imported
+torch.distributed has no collective to release.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+from typing import Optional
+
+from ._control import ControlBlock, EventKind
+
+# Events after which no collective of the round can complete: a failure, a
+# lost member, the job's end. Scale events are voluntary: every rank stops
+# at the agreed step, collectives intact.
+FAILURE_KINDS = frozenset({EventKind.RESTART, EventKind.REPLACE, EventKind.SHUTDOWN})
+POLL_S = 0.05
+
+_ESTABLISHED = "01"
+
+
+def _peer_socket_inodes(store_port: Optional[int]) -> set[int]:
+    """Inodes of established TCP sockets in this network namespace whose
+    local or remote port is not the store's."""
+    inodes: set[int] = set()
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        try:
+            with open(table) as f:
+                lines = f.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != _ESTABLISHED:
+                continue
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            if store_port is not None and store_port in (local_port, remote_port):
+                continue
+            inodes.add(int(fields[9]))
+    return inodes
+
+
+def shutdown_peer_sockets(store_port: Optional[int]) -> int:
+    """Shuts down (both ways) this process's established TCP connections
+    other than the store's; returns how many."""
+    wanted = _peer_socket_inodes(store_port)
+    done = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if not target.startswith("socket:["):
+            continue
+        if int(target[8:-1]) not in wanted:
+            continue
+        try:
+            # A duplicate: shutdown acts on the connection, close on our copy only.
+            s = socket.socket(fileno=os.dup(int(name)))
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+                done += 1
+            finally:
+                s.close()
+        except OSError:
+            pass
+    return done
+
+
+def release_collectives(reason: str) -> str:
+    """Makes every blocked collective of this process raise; returns what
+    was done (for the log line)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return "no process group"
+    backend = str(dist.get_backend())
+    done = []
+    if "nccl" in backend:
+        try:
+            from torch.distributed import distributed_c10d as c10d
+
+            c10d._abort_process_group()
+            done.append("aborted the NCCL process group")
+        except Exception as e:  # an older torch without it: the NCCL timeout stands
+            done.append(f"no NCCL abort ({e})")
+    if "gloo" in backend:
+        port = os.environ.get("MASTER_PORT")
+        n = shutdown_peer_sockets(int(port) if port and port.isdigit() else None)
+        done.append(f"shut down {n} gloo connection(s)")
+    return "; ".join(done) or f"nothing to do for backend {backend}"
+
+
+class Releaser(threading.Thread):
+    """Watches the control block's event for a failure of the worker's round
+    and then releases its collectives, once."""
+
+    def __init__(self, block: ControlBlock, rank: str):
+        super().__init__(name="elasticrun-release", daemon=True)
+        self._block = block
+        self._rank = rank
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        seen = -1
+        while not self._stop.wait(POLL_S):
+            try:
+                if self._block.header_seq() == seen:
+                    continue
+                # Not read_event(): its cache belongs to the main thread.
+                seen, event = self._block.snapshot_event()
+            except (ValueError, TypeError):  # the block was closed
+                return
+            if event.kind in FAILURE_KINDS and event.stop_step < 0:
+                what = release_collectives(event.reason)
+                print(f"elasticrun: rank {self._rank}: the round ended ({event.reason}); {what}",
+                      file=sys.stderr, flush=True)
+                return
