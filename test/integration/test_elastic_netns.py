@@ -22,6 +22,7 @@ Timeouts only bound hangs.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -32,7 +33,7 @@ import pytest
 
 import elastic_job
 import netns
-from conftest import elasticctl  # noqa: F401 (fixture)
+from conftest import WORKERS, elasticctl  # noqa: F401 (fixture)
 from launcher_fixtures import (
     elasticrun,  # noqa: F401 (fixture)
     marker,  # noqa: F401 (fixture)
@@ -85,11 +86,12 @@ class Job(elastic_job.Job):
     """One job's agents, each on its own host (namespace) of `net`."""
 
     def __init__(self, net: netns.Network, procs, marker, elasticrun, tmp_path: Path,  # noqa: F811
-                 nnodes: str, port: int, extra: list[str] | None = None):
+                 nnodes: str, port: int, extra: list[str] | None = None, **worker):
         super().__init__(procs, marker, elasticrun, tmp_path, nnodes,
                          f"{net.addr(STORE_HOST)}:{port}", run_id="elastic-netns-test",
                          extra=extra, rdzv_conf=RDZV_CONF, addr=net.addr,
-                         exec_prefix=net.exec_args, env={"GLOO_SOCKET_IFNAME": netns.IFNAME})
+                         exec_prefix=net.exec_args, env={"GLOO_SOCKET_IFNAME": netns.IFNAME},
+                         **worker)
         self.net = net
 
     def host_of(self, gen: int, group_rank: int) -> int:
@@ -184,3 +186,54 @@ def test_a_job_survives_kill_9_of_the_leaders_host_and_continues_at_two(
     assert job.worker_hosts(g2) == set(survivors)
     job.finish({h: 0 for h in survivors})
     job.check_generations()
+
+
+def test_survivors_blocked_in_an_all_reduce_with_a_cut_off_peer_are_released(
+        net, procs, marker, elasticrun, tmp_path, store):  # noqa: F811
+    # The peer is alive but silent: its TCP connections neither close nor
+    # reset, so gloo would wait its 30 minutes. The leader finds it lost (no
+    # heartbeat), the round ends, and each survivor's SDK releases its
+    # all_reduce (survivor_worker.py records it) before the job goes on at two.
+    events = tmp_path / "survivor-events"
+    job = Job(net, procs, marker, elasticrun, tmp_path, "2:3", store,
+              extra=["--faulty-scale-down-timeout", "2"],
+              worker=WORKERS / "survivor_worker.py",
+              worker_args=[events, "--steps", "100000"])
+    for host in AGENT_HOSTS:
+        job.start_agent(host)
+    started = lambda: [e for e in read_events(events) if e["event"] == "start"]  # noqa: E731
+    elastic_job.wait_for(lambda: len(started()) == 3 or None, "three workers", timeout=120)
+    assert {e["world"] for e in started()} == {3}
+    gen = started()[0]["gen"]
+    time.sleep(1)  # a few steps of all_reduces over the links
+    victim = AGENT_HOSTS[2]
+    victim_rank = next(e["rank"] for e in started()
+                       if e["pid"] in net.pids().get(net.hosts[victim], []))
+    net.cut(victim)
+    cut_at = time.time()
+    released = lambda: [e for e in read_events(events)  # noqa: E731
+                        if e["event"] == "released" and e["gen"] == gen]
+    elastic_job.wait_for(lambda: len(released()) >= 2 or None, "the survivors' release",
+                         timeout=60)
+    survivors = {e["rank"] for e in released()}
+    assert victim_rank not in survivors and len(survivors) == 2, released()
+    # Released once the leader saw the silence: heartbeats of 0.2 s, 5 missed.
+    assert all(e["t"] - cut_at < 30 for e in released()), (cut_at, released())
+    # And the job goes on at two.
+    again = lambda: [e for e in started() if e["gen"] > gen]  # noqa: E731
+    elastic_job.wait_for(lambda: len(again()) == 2 or None, "the next round at two", timeout=120)
+    assert {e["world"] for e in again()} == {2}
+    # Ended here, not trained out: the agents die (kill -9), and their death
+    # watches take the workers with them, inside the namespaces too.
+    for host in AGENT_HOSTS:
+        job.agents[host].kill_group()
+    elastic_job.wait_for(
+        lambda: not any(net.pids().get(net.hosts[h]) for h in AGENT_HOSTS) or None,
+        "the workers to die with their agents", timeout=30)
+
+
+def read_events(directory: Path) -> list[dict]:
+    path = directory / "events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
