@@ -96,10 +96,30 @@ def test_a_killed_worker_costs_no_step_and_the_job_trains_as_a_run_that_never_fa
     trained_as(log, want)
 
 
-def kill_a_worker_mid_run(job: Job, marker: str, log, steps: int) -> tuple[int, float]:
-    """Runs the job on agents 1 and 2, SIGKILLs rank 1's worker once `steps`
-    steps are logged (a crash, with nothing written), and waits for the job
-    to train at 2 again and end. Returns the killed generation and when."""
+def test_a_stopped_worker_is_found_hung_and_its_peer_rescues_the_step_it_completed(
+        procs, marker, elasticrun, torchrun, tmp_path, store, shared_runs):  # noqa: F811
+    # SIGSTOP, not a crash: nothing closes, the peer blocks in its
+    # all_reduce. The stopped rank's agent finds the hang, the round ends,
+    # the peer's SDK releases the all_reduce, and the peer saves its rescue.
+    want = fixed_run(shared_runs, torchrun)
+    log = tmp_path / "log"
+    job = elastic_job(procs, marker, elasticrun, tmp_path, store, "--max-restarts", "3",
+                      "--hang-timeout", "3")
+    g, stopped_at = kill_a_worker_mid_run(job, marker, log, steps=20, sig=signal.SIGSTOP)
+    events = events_of(job.dir)
+    rescues = [e for e in events if e["ev"] == "save" and e["why"] == "rescue"]
+    assert len(rescues) == 1, rescues
+    assert rescues[0]["t0"] >= stopped_at
+    resumed = [e for e in events if e["ev"] == "init" and e["gen"] > g]
+    assert resumed and {e["from_step"] for e in resumed} == {rescues[0]["step"]}, resumed
+    trained_as(log, want)
+
+
+def kill_a_worker_mid_run(job: Job, marker: str, log, steps: int,
+                          sig: int = signal.SIGKILL) -> tuple[int, float]:
+    """Runs the job on agents 1 and 2, sends rank 1's worker `sig` (SIGKILL:
+    a crash, with nothing written) once `steps` steps are logged, and waits
+    for the job to train at 2 again and end. Returns the generation and when."""
     job.start_agent(1)
     job.start_agent(2)
     g = wait_world(job, log, 2)
@@ -108,7 +128,7 @@ def kill_a_worker_mid_run(job: Job, marker: str, log, steps: int) -> tuple[int, 
     victim = next(e["pid"] for e in events_of(job.dir)
                   if e["ev"] == "start" and e["gen"] == g and e["rank"] == 1)
     killed_at = time.time()
-    os.kill(victim, signal.SIGKILL)
+    os.kill(victim, sig)
     wait_world(job, log, 2, after_gen=g)
     finish(job, marker, {1: 0, 2: 0})
     return g, killed_at
