@@ -15,6 +15,7 @@
 #include "ctl/ctl_requests.hpp"
 #include "ctl/job_connection.hpp"
 #include "ctl/job_status.hpp"
+#include "ctl/readmit.hpp"
 #include "elasticrun/errors.hpp"
 #include "sim/controller.hpp"
 #include "sim/report.hpp"
@@ -120,6 +121,13 @@ int run_request(const JobOptions& o, const ctl::Request& r, bool wait) {
   }
   ctl::wait_handled(client, ticket, millis(o.timeout_s));
   std::printf("elasticctl: %s\n", ctl::outcome(client, r, ticket).c_str());
+  return kExitOk;
+}
+
+int run_readmit(const JobOptions& o, const std::string& host) {
+  ctl::JobAddress job;
+  StoreClient client = connect(o, job);
+  std::printf("elasticctl: %s\n", ctl::readmit(client, host).c_str());
   return kExitOk;
 }
 
@@ -230,6 +238,14 @@ int main(int argc, char** argv) {
       ->required()
       ->check(kAtLeastOne);
   release_cmd->add_flag("--no-wait", release_no_wait, "Return once the request is written");
+  JobOptions readmit_opts;
+  std::string readmit_host;
+  auto* readmit_cmd = app.add_subcommand(
+      "readmit",
+      "Let a node the health monitors excluded back into the job before its cooldown ends");
+  add_job_options(readmit_cmd, readmit_opts, false);
+  readmit_cmd->add_option("--host", readmit_host, "The node's host (its --local-addr or name)")
+      ->required();
   auto* status_cmd = app.add_subcommand("status", "Show a job's round, members and policy state");
   add_job_options(status_cmd, status_opts, false);
   status_cmd->add_flag("--json", status_json, "Print one JSON object");
@@ -274,6 +290,7 @@ int main(int argc, char** argv) {
       return run_request(release_opts, {ctl::Request::Kind::kRelease, release_nodes},
                          !release_no_wait);
     }
+    if (readmit_cmd->parsed()) return run_readmit(readmit_opts, readmit_host);
     if (status_cmd->parsed()) return run_status(status_opts, status_json);
     if (simulate_cmd->parsed()) return run_simulate(sim_opts);
   } catch (const ConfigError& e) {

@@ -53,7 +53,7 @@ class DynamicAgent {
   int run() {
     rdzv_store_ = maybe_host_store(config_);
     if (rdzv_store_) rc_.store_port = rdzv_store_->port();
-    heartbeat_ = std::make_unique<rendezvous::Heartbeat>(rc_);
+    heartbeat_ = std::make_unique<rendezvous::Heartbeat>(rc_, &beat_);
     rdzv_ = std::make_unique<rendezvous::Rendezvous>(rc_);
     courier_ = std::make_unique<Round::Courier>(std::make_unique<rendezvous::Rendezvous>(rc_));
     const int code = rounds();
@@ -86,7 +86,7 @@ class DynamicAgent {
       }
       released = false;
       const Assignment a = start_round(place);
-      Round round(config_, rc_, place, node_.control, *courier_);
+      Round round(config_, rc_, place, node_.control, *courier_, beat_);
       AttemptResult r = run_attempt(config_, node_, a, attempt, round, &round.inbox());
       // What the attempt asked the courier to write (a failure's end
       // record) is in the store before this node looks at the round's end.
@@ -215,6 +215,7 @@ class DynamicAgent {
   const NodeContext& node_;
   rendezvous::RendezvousConfig rc_;
   std::unique_ptr<EmbeddedStore> rdzv_store_;
+  rendezvous::BeatProgress beat_;  // written by the rounds' loops, read by the heartbeat
   std::unique_ptr<rendezvous::Heartbeat> heartbeat_;
   std::unique_ptr<rendezvous::Rendezvous> rdzv_;  // this thread's
   std::unique_ptr<Round::Courier> courier_;       // store errands of the rounds' loops

@@ -158,6 +158,11 @@ void plan_dynamic(const cli::LaunchConfig& c, AgentConfig& a) {
   r.sizes = a.policy;
   r.faulty_scale_down_timeout = a.policy.faulty_scale_down_timeout;
   r.max_restarts = c.max_restarts;
+  r.exclusion.faults = c.health.exclude_after;
+  r.exclusion.window = ms(c.health.exclude_window);
+  r.exclusion.cooldown = ms(c.health.exclude_cooldown);
+  r.straggler.factor = c.health.straggler_factor;
+  r.straggler.points = c.health.straggler_points;
 }
 
 // Where the node's place comes from: fixed by the flags (static,

@@ -54,8 +54,9 @@ std::string describe(const EndRecord& r) {
 }
 
 Round::Round(const AgentConfig& config, const rendezvous::RendezvousConfig& rc,
-             const rendezvous::Assignment& place, control::ControlBlock* control, Courier& courier)
-    : config_(config), rc_(rc), place_(place), control_(control), courier_(courier) {
+             const rendezvous::Assignment& place, control::ControlBlock* control, Courier& courier,
+             rendezvous::BeatProgress& beat)
+    : config_(config), rc_(rc), place_(place), control_(control), courier_(courier), beat_(beat) {
   if (control_) control_->reset(place_.round);
   rendezvous::WatchOptions wo;
   wo.assignment = place_;
@@ -176,23 +177,52 @@ void Round::attempt_started(AttemptControl& control) {
 }
 
 void Round::tick(std::chrono::steady_clock::time_point now) {
-  if (control_) rate_.sample(now, control_->max_step());
+  if (control_) {
+    const int64_t step = control_->max_step();
+    rate_.sample(now, step);
+    // The slowest rank's last compute time is the node's (the others wait
+    // for it at every all-reduce): the straggler monitor compares it.
+    uint32_t compute = 0;
+    for (int lr = 0; lr < control_->num_slots(); ++lr) {
+      compute = std::max(compute, control_->read_slot(lr).compute_us);
+    }
+    beat_.step.store(step, std::memory_order_relaxed);
+    beat_.compute_us.store(compute, std::memory_order_relaxed);
+  }
   if (health_ && attempt_) {
     if (auto fault = health_->tick(now, attempt_->workers())) attempt_->report_fault(*fault);
   }
 }
 
 // Ends the round for everyone (unless someone else did first), on the courier.
-void Round::end_round(EndRecord record, std::string log_line) {
-  courier_.post([round = place_.round, record = std::move(record),
-                 log_line = std::move(log_line)](rendezvous::Rendezvous& r) {
+void Round::end_round(EndRecord record, std::string log_line, std::string blame,
+                      bool exclude_now) {
+  courier_.post([round = place_.round, record = std::move(record), log_line = std::move(log_line),
+                 blame = std::move(blame), exclude_now, host = rc_.host,
+                 policy = rc_.exclusion](rendezvous::Rendezvous& r) {
+    auto log = util::logger("agent");
     try {
       const EndRecord now = r.end_round(round, record);
-      if (now.serialize() == record.serialize()) {
-        util::logger("agent")->warn("round {}: {}", round, log_line);
+      if (now.serialize() != record.serialize()) return;
+      log->warn("round {}: {}", round, log_line);
+      // Only the node whose record ended the round is blamed: the others'
+      // workers failed in their collectives because of it.
+      if (blame.empty()) return;
+      bool excluded = false;
+      r.update_exclusions([&](health::ExclusionState& s) {
+        if (exclude_now) {
+          s.exclude(host, rendezvous::now_unix_ms(), policy, blame);
+          excluded = true;
+        } else {
+          excluded = s.record_fault(host, rendezvous::now_unix_ms(), policy, blame);
+        }
+        return true;
+      });
+      if (excluded) {
+        log->warn("this node ({}) is excluded from the job for a cooldown: {}", host, blame);
       }
     } catch (const Error& e) {
-      util::logger("agent")->error("cannot tell the other nodes that {}: {}", log_line, e.what());
+      log->error("cannot tell the other nodes that {}: {}", log_line, e.what());
     }
   });
 }
@@ -224,7 +254,9 @@ void Round::on_fault(const health::Fault& fault) {
   rec.wait = rc_.rejoin_timeout;
   rec.reason = "a health fault on " + rc_.host + ": " + fault.describe();
   publish_failure(rec.reason);
-  end_round(rec, rec.reason + "; ending the round");
+  // A GPU error is the machine's, not the job's: the node goes at once.
+  end_round(rec, rec.reason + "; ending the round", fault.describe(),
+            fault.kind == health::FaultKind::kGpu);
 }
 
 void Round::fail(const std::string& what) {
@@ -235,7 +267,7 @@ void Round::fail(const std::string& what) {
   rec.wait = rc_.rejoin_timeout;
   rec.reason = "a worker on " + rc_.host + " failed (" + what + ")";
   publish_failure(rec.reason);
-  end_round(rec, rec.reason + "; ending the round");
+  end_round(rec, rec.reason + "; ending the round", what);
 }
 
 // A handled signal reached the agent: this node is going away (a spot

@@ -22,6 +22,7 @@
 #include "agent/health_watch.hpp"
 #include "agent/progress.hpp"
 #include "control/control_block.hpp"
+#include "rendezvous/heartbeat.hpp"
 #include "rendezvous/rendezvous.hpp"
 #include "rendezvous/round_watch.hpp"
 
@@ -33,8 +34,10 @@ class Round final : public AttemptDelegate, public rendezvous::RoundListener {
 
   // Resets the control block (when there is one) for the round and starts
   // the round's watch. Throws NetworkError when the watch cannot connect.
+  // `beat`: the node's progress its heartbeat carries to the leader.
   Round(const AgentConfig& config, const rendezvous::RendezvousConfig& rc,
-        const rendezvous::Assignment& place, control::ControlBlock* control, Courier& courier);
+        const rendezvous::Assignment& place, control::ControlBlock* control, Courier& courier,
+        rendezvous::BeatProgress& beat);
   ~Round() override;
 
   Inbox& inbox() { return *inbox_; }
@@ -63,7 +66,11 @@ class Round final : public AttemptDelegate, public rendezvous::RoundListener {
   // On the loop: the watch's news, and the courier's answer.
   void ended(const rendezvous::EndRecord& record, AttemptControl& control);
   void stop_step_agreed(int64_t step);
-  void end_round(rendezvous::EndRecord record, std::string log_line);
+  // Ends the round with `record` on the courier; when this node's record is
+  // the one in force and `blame` says what of this node failed, the fault
+  // counts towards excluding it (`exclude_now`: it excludes it at once).
+  void end_round(rendezvous::EndRecord record, std::string log_line, std::string blame = {},
+                 bool exclude_now = false);
   void publish_failure(const std::string& reason);
 
   const AgentConfig& config_;
@@ -71,6 +78,7 @@ class Round final : public AttemptDelegate, public rendezvous::RoundListener {
   const rendezvous::Assignment place_;
   control::ControlBlock* control_;  // may be null (no tmpfs, no file)
   Courier& courier_;
+  rendezvous::BeatProgress& beat_;
   std::optional<rendezvous::EndRecord> end_;
   int64_t agreed_stop_ = -1;           // -1 until every member agreed
   StepRate rate_;                      // how fast this node's workers step

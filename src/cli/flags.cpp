@@ -167,6 +167,19 @@ const std::vector<FlagSpec> kFlags = {
      "no limit."},
     {Flag::kNonFiniteLoss, "", "--non-finite-loss", kValue, kNoEnv, kHealth, "{on,off}", "on",
      "A NaN or infinite loss reported through elasticrun.step(loss=...) is a fault."},
+    {Flag::kExcludeAfter, "", "--exclude-after", kValue, kNoEnv, kHealth, "N", "3",
+     "Elastic jobs: a node whose workers fail or fault N times within --exclude-window is "
+     "excluded for --exclude-cooldown (a spare replaces it, else the job shrinks); 0: never."},
+    {Flag::kExcludeWindow, "", "--exclude-window", kValue, kNoEnv, kHealth, "SECONDS", "600",
+     "The window in which a node's faults count towards its exclusion."},
+    {Flag::kExcludeCooldown, "", "--exclude-cooldown", kValue, kNoEnv, kHealth, "SECONDS", "300",
+     "How long an excluded node stays out, twice as long on each repeat (elasticctl readmit "
+     "lets it back at once)."},
+    {Flag::kStragglerFactor, "", "--straggler-factor", kValue, kNoEnv, kHealth, "F", "0",
+     "Elastic jobs: a node whose compute time (elasticrun.compute()) stays above F times the "
+     "other nodes' median for --straggler-points samples in a row is excluded; 0: off."},
+    {Flag::kStragglerPoints, "", "--straggler-points", kValue, kNoEnv, kHealth, "N", "10",
+     "How many samples in a row (one per heartbeat) make a straggler."},
 };
 
 constexpr size_t kWidth = 100;

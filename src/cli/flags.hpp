@@ -66,6 +66,11 @@ enum class Flag {
   kHangTimeout,
   kStartupTimeout,
   kNonFiniteLoss,
+  kExcludeAfter,
+  kExcludeWindow,
+  kExcludeCooldown,
+  kStragglerFactor,
+  kStragglerPoints,
   kCount,
 };
 

@@ -20,6 +20,17 @@ struct HealthOptions {
   // --non-finite-loss on|off: a NaN or infinite loss reported through the
   // SDK is a fault.
   bool non_finite_loss = true;
+  // Bad nodes (elastic jobs): --exclude-after faults of a node's workers
+  // within --exclude-window seconds exclude it for --exclude-cooldown
+  // seconds, twice as long on each repeat; 0 faults: never.
+  int exclude_after = 3;
+  double exclude_window = 600;
+  double exclude_cooldown = 300;
+  // The straggler monitor (elastic jobs): a node whose compute time stays
+  // above --straggler-factor times the other nodes' median for
+  // --straggler-points samples in a row is excluded; factor 0: off.
+  double straggler_factor = 0;
+  int straggler_points = 10;
 };
 
 }  // namespace elasticrun::cli

@@ -69,6 +69,11 @@ nlohmann::ordered_json health_json(const HealthOptions& h) {
       {"hang_seconds", h.hang_seconds},
       {"startup_timeout", h.startup_timeout},
       {"non_finite_loss", h.non_finite_loss},
+      {"exclude_after", h.exclude_after},
+      {"exclude_window", h.exclude_window},
+      {"exclude_cooldown", h.exclude_cooldown},
+      {"straggler_factor", h.straggler_factor},
+      {"straggler_points", h.straggler_points},
   };
 }
 

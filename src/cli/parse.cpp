@@ -271,6 +271,27 @@ void convert(LaunchConfig& c, Flag id, const Raw& r) {
       check_choice(r, {"on", "off"});
       c.health.non_finite_loss = t == "on";
       break;
+    case Flag::kExcludeAfter:
+      c.health.exclude_after = parse_int(r.origin, t);
+      if (c.health.exclude_after < 0)
+        fail(r.origin + " " + util::quote(t) + ": must not be negative");
+      break;
+    case Flag::kExcludeWindow:
+      c.health.exclude_window = parse_seconds(r);
+      break;
+    case Flag::kExcludeCooldown:
+      c.health.exclude_cooldown = parse_seconds(r);
+      break;
+    case Flag::kStragglerFactor:
+      c.health.straggler_factor = parse_double(r.origin, t);
+      if (c.health.straggler_factor != 0 && c.health.straggler_factor <= 1) {
+        fail(r.origin + " " + util::quote(t) + ": a factor above 1 (or 0: off)");
+      }
+      break;
+    case Flag::kStragglerPoints:
+      c.health.straggler_points = parse_int(r.origin, t);
+      if (c.health.straggler_points < 1) fail(r.origin + " " + util::quote(t) + ": at least 1");
+      break;
     // The elastic group depends on --nnodes and --config: parse_elastic reads it.
     case Flag::kMinReplicas:
     case Flag::kMaxReplicas:

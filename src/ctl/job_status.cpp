@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "health/exclusion.hpp"
 #include "rendezvous/records.hpp"
 
 namespace elasticrun::ctl {
@@ -89,11 +90,12 @@ void read_members(StoreClient& c, JobStatus& s) {
               [](const MemberInfo& a, const MemberInfo& b) { return a.group_rank < b.group_rank; });
     return;
   }
-  if (auto ids = read_one(c, keys::members(round))) {
+  if (auto list = read_one(c, keys::members(round))) {
     int rank = 0;
-    for (auto& id : rendezvous::parse_members(*ids)) {
+    for (auto& member : rendezvous::parse_member_list(*list)) {
       MemberInfo m;
-      m.agent.node_id = id;
+      m.agent.node_id = member.node_id;
+      m.agent.host = member.host;
       m.group_rank = rank++;
       s.members.push_back(std::move(m));
     }
@@ -190,6 +192,19 @@ JobStatus read_status(StoreClient& c, const JobAddress& job) {
       // Shown as text.
     }
   }
+  if (auto health = read_one(c, keys::kNodeHealth)) {
+    try {
+      const auto state = health::ExclusionState::parse(*health);
+      const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+      for (const auto& [host, n] : state.excluded_at(now)) {
+        s.excluded.push_back({host, n.excluded_until_ms, n.exclusions, n.reason});
+      }
+    } catch (const ConfigError&) {
+      // Written by an agent of another version: shown without.
+    }
+  }
   s.requests = to_int(read_one(c, keys::kRequestSeq).value_or("0")).value_or(0);
   s.handled = to_int(read_one(c, keys::kRequestsHandled).value_or("0")).value_or(0);
   return s;
@@ -228,6 +243,17 @@ std::string format_table(const JobStatus& s, std::chrono::system_clock::time_poi
   }
   if (s.finished) rows.push_back({"finished", *s.finished});
   out += columns(rows);
+  if (!s.excluded.empty()) {
+    std::vector<std::vector<std::string>> table = {{"HOST", "BACK IN", "TIMES", "WHY"}};
+    const auto now_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+    for (const auto& e : s.excluded) {
+      table.push_back(
+          {e.host, std::to_string(std::max<int64_t>(0, (e.until_unix_ms - now_ms) / 1000)) + " s",
+           std::to_string(e.exclusions), e.reason});
+    }
+    out += "\nexcluded nodes (elasticctl readmit --host HOST lets one back):\n" + columns(table);
+  }
 
   if (!s.members.empty()) {
     std::vector<std::vector<std::string>> table = {{"GROUP RANK", "RANKS", "HOST", "NODE"}};
@@ -273,6 +299,13 @@ std::string format_json(const JobStatus& s) {
            {"release", s.end->release},
            {"reason", s.end->reason}};
   }
+  ordered_json excluded = ordered_json::array();
+  for (const auto& e : s.excluded) {
+    excluded.push_back({{"host", e.host},
+                        {"until_unix_ms", e.until_unix_ms},
+                        {"exclusions", e.exclusions},
+                        {"reason", e.reason}});
+  }
   ordered_json finished = nullptr;
   if (s.finished) {
     const auto f = rendezvous::JobFinished::parse(*s.finished);
@@ -306,6 +339,7 @@ std::string format_json(const JobStatus& s) {
       {"finished", std::move(finished)},
       {"policy", std::move(policy)},
       {"requests", {{"submitted", s.requests}, {"handled", s.handled}}},
+      {"excluded", std::move(excluded)},
   };
   return j.dump(2) + "\n";
 }

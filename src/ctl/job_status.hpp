@@ -34,6 +34,14 @@ struct MemberInfo {
   int rank_offset = -1;  // global rank of its local rank 0; -1 when unknown
 };
 
+// A node the job keeps out (health::ExclusionState), as status shows it.
+struct ExcludedNode {
+  std::string host;
+  int64_t until_unix_ms = 0;
+  int exclusions = 0;  // times it was excluded, this one included
+  std::string reason;
+};
+
 struct JobStatus {
   JobAddress job;
   uint64_t open_round = 0;  // `round`: the round agents join now
@@ -52,6 +60,7 @@ struct JobStatus {
   std::optional<std::string> finished;  // `job/finished`: "ok <why>" / "fail <why>"
   std::optional<std::string> policy_text;
   std::optional<elastic::PolicyState> policy;  // when policy_text parses
+  std::vector<ExcludedNode> excluded;          // excluded now, from health/nodes
   int64_t requests = 0;                        // ctl/seq
   int64_t handled = 0;                         // ctl/handled
 

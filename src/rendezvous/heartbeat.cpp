@@ -26,9 +26,9 @@ StoreClient connect_for(const RendezvousConfig& c, std::chrono::milliseconds con
 }
 }  // namespace
 
-Heartbeat::Heartbeat(const RendezvousConfig& config)
-    : config_(config), client_(connect_for(config_, config_.store_timeout)) {
-  client_.set(keys::heartbeat(config_.node_id), HeartbeatRecord{now_unix_ms()}.serialize());
+Heartbeat::Heartbeat(const RendezvousConfig& config, const BeatProgress* progress)
+    : config_(config), progress_(progress), client_(connect_for(config_, config_.store_timeout)) {
+  client_.set(keys::heartbeat(config_.node_id), beat());
   thread_ = start_quiet_thread([this] { run(); });
 }
 
@@ -55,7 +55,7 @@ void Heartbeat::run() {
         log->info("heartbeat: reconnected to the store {}", client_.endpoint());
         broken = false;
       }
-      client_.set(key, HeartbeatRecord{now_unix_ms()}.serialize());
+      client_.set(key, beat());
     } catch (const Error& e) {
       // The store may be restarting or the network cut for a moment: keep
       // trying every interval; the leader decides what a gap means.
@@ -64,6 +64,16 @@ void Heartbeat::run() {
     }
     lock.lock();
   }
+}
+
+std::string Heartbeat::beat() const {
+  HeartbeatRecord r;
+  r.unix_ms = now_unix_ms();
+  if (progress_) {
+    r.step = progress_->step.load(std::memory_order_relaxed);
+    r.compute_us = progress_->compute_us.load(std::memory_order_relaxed);
+  }
+  return r.serialize();
 }
 
 int64_t now_unix_ms() {

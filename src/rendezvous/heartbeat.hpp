@@ -3,6 +3,7 @@
 // intervals means the agent is gone (killed, hung, or cut off from the store).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -12,11 +13,20 @@
 
 namespace elasticrun::rendezvous {
 
+// What a node tells the leader in its heartbeat besides the time
+// (HeartbeatRecord): the agent's loop stores it, the heartbeat thread loads
+// it at each beat.
+struct BeatProgress {
+  std::atomic<int64_t> step{-1};
+  std::atomic<uint32_t> compute_us{0};
+};
+
 class Heartbeat {
  public:
   // Connects its own client and beats once before returning (so that a
-  // freshly joined agent is never mistaken for a dead one). Throws NetworkError.
-  explicit Heartbeat(const RendezvousConfig& config);
+  // freshly joined agent is never mistaken for a dead one). `progress`, when
+  // given, must outlive the heartbeat. Throws NetworkError.
+  explicit Heartbeat(const RendezvousConfig& config, const BeatProgress* progress = nullptr);
   ~Heartbeat();  // stops the thread (at once; no beat is waited for)
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
@@ -24,7 +34,10 @@ class Heartbeat {
  private:
   void run();
 
+  std::string beat() const;
+
   RendezvousConfig config_;
+  const BeatProgress* progress_;
   StoreClient client_;
   std::mutex mu_;
   std::condition_variable cv_;

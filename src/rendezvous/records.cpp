@@ -281,25 +281,48 @@ JobFinished JobFinished::parse(const std::string& text) {
   return JobFinished{failed, sp == std::string::npos ? std::string() : text.substr(sp + 1)};
 }
 
-std::string serialize_members(const std::vector<std::string>& node_ids) {
+std::string serialize_members(const std::vector<Member>& members) {
   std::string out;
-  for (const auto& id : node_ids) out += (out.empty() ? "" : "\n") + id;
+  for (const auto& m : members) {
+    out += (out.empty() ? "" : "\n") + m.node_id + (m.host.empty() ? "" : " " + m.host);
+  }
+  return out;
+}
+
+std::vector<Member> parse_member_list(const std::string& text) {
+  std::vector<Member> out;
+  for (const auto& line : split(text, '\n')) {
+    auto [id, host] = head_and_rest(line);
+    out.push_back(Member{id, host});
+  }
   return out;
 }
 
 std::vector<std::string> parse_members(const std::string& text) {
-  return split(text, '\n');
+  std::vector<std::string> ids;
+  for (auto& m : parse_member_list(text)) ids.push_back(std::move(m.node_id));
+  return ids;
 }
 
 std::string HeartbeatRecord::serialize() const {
-  return std::to_string(unix_ms);
+  return std::to_string(unix_ms) + " " + std::to_string(step) + " " + std::to_string(compute_us);
 }
 
 std::optional<HeartbeatRecord> HeartbeatRecord::try_parse(const std::string& text) {
-  const auto first = head_and_rest(text).first;
-  const auto ms = decimal(first);
+  const auto f = split(text, ' ');
+  if (f.empty()) return std::nullopt;
+  const auto ms = decimal(f[0]);
   if (!ms) return std::nullopt;
-  return HeartbeatRecord{*ms};
+  HeartbeatRecord r{*ms};
+  if (f.size() >= 3) {
+    const auto step = decimal(f[1]);
+    const auto compute = decimal(f[2]);
+    if (step) r.step = *step;
+    if (compute && *compute >= 0 && *compute <= UINT32_MAX) {
+      r.compute_us = static_cast<uint32_t>(*compute);
+    }
+  }
+  return r;
 }
 
 }  // namespace elasticrun::rendezvous

@@ -33,7 +33,10 @@ inline constexpr const char* kReleaseDone = "ctl/release_done";
 inline constexpr const char* kRound = "round";  // the round open for joining
 inline constexpr const char* kFailures = "failures";
 inline constexpr const char* kJobFinished = "job/finished";  // JobFinished
-std::string heartbeat(const std::string& node_id);           // HeartbeatRecord
+// health::ExclusionState: every node's faults and exclusions (JSON), updated
+// with COMPARE_SET by whoever records a fault, excludes or readmits a node.
+inline constexpr const char* kNodeHealth = "health/nodes";
+std::string heartbeat(const std::string& node_id);  // HeartbeatRecord
 // "r/<n>/<name>": a key of round n.
 std::string round_key(uint64_t round, const std::string& name);
 // "rec/<index>" (a name for round_key): the JoinRecord of arrival index.
@@ -167,16 +170,30 @@ struct JobFinished {
   static JobFinished parse(const std::string& text);
 };
 
-// keys::members: the node ids of a closed round in group-rank order, one a line.
-std::string serialize_members(const std::vector<std::string>& node_ids);
+// keys::members: the members of a closed round in group-rank order, one a
+// line, "<node_id> <host>" (the host is what a node is excluded by; a line
+// of a node id alone, from an older agent, has no host).
+struct Member {
+  std::string node_id;
+  std::string host;
+};
+std::string serialize_members(const std::vector<Member>& members);
+std::vector<Member> parse_member_list(const std::string& text);
+// Their node ids alone.
 std::vector<std::string> parse_members(const std::string& text);
 
-// keys::heartbeat: wall-clock milliseconds since the epoch, so that any
-// agent can judge another's at once, without watching it for a while first.
-// Hosts' clocks must agree to well within the limit (NTP does), as with
-// torchrun's c10d rendezvous, whose heartbeats are timestamps too.
+// keys::heartbeat: "<unix_ms> <step> <compute_us>". The time is wall-clock
+// milliseconds since the epoch, so that any agent can judge another's at
+// once, without watching it for a while first. Hosts' clocks must agree to
+// well within the limit (NTP does), as with torchrun's c10d rendezvous,
+// whose heartbeats are timestamps too. The node's progress rides along for
+// the leader's straggler monitor: the highest step its workers published
+// and the slowest of their last compute times (the SDK's compute()); a beat
+// of the time alone (an older agent) reads as step -1, compute 0.
 struct HeartbeatRecord {
   int64_t unix_ms = 0;
+  int64_t step = -1;
+  uint32_t compute_us = 0;
   std::string serialize() const;
   static std::optional<HeartbeatRecord> try_parse(const std::string& text);
 };

@@ -24,6 +24,7 @@ struct Rendezvous::Candidate {
   JoinRecord record;
   int64_t index = 0;
   bool dead = false;
+  bool excluded = false;  // its host is excluded (health::ExclusionState)
 };
 
 namespace {
@@ -236,8 +237,29 @@ void Rendezvous::close_round(uint64_t round, int64_t my_index) {
       live += recs[i].dead ? 0 : 1;
     }
   }
-  const auto admit =
-      elastic::largest_allowed_at_most(sizes, static_cast<int>(std::min<int64_t>(live, target)));
+  // Excluded nodes (health/exclusion.hpp) wait as spares while others can
+  // fill the round; when too few can, they are admitted after all rather
+  // than the job stopping for their cooldown.
+  int64_t usable = live;
+  if (count > 0) {
+    const health::ExclusionState excl = exclusions();
+    const int64_t now_ms = now_unix_ms();
+    for (auto& c : recs) {
+      c.excluded = !c.dead && excl.excluded(c.record.host, now_ms);
+      usable -= c.excluded ? 1 : 0;
+    }
+  }
+  auto admit =
+      elastic::largest_allowed_at_most(sizes, static_cast<int>(std::min<int64_t>(usable, target)));
+  if ((!admit || usable < sizes.min_replicas) && usable < live) {
+    log->warn(
+        "round {}: admitting excluded node(s): only {} other agent(s) joined, at least {} "
+        "needed",
+        round, usable, sizes.min_replicas);
+    for (auto& c : recs) c.excluded = false;
+    admit =
+        elastic::largest_allowed_at_most(sizes, static_cast<int>(std::min<int64_t>(live, target)));
+  }
   std::optional<ClosedWithout> without;
   if (const auto spent = account_failure(round, lost)) {
     without = ClosedWithout{true, *spent};
@@ -263,9 +285,11 @@ void Rendezvous::close_round(uint64_t round, int64_t my_index) {
   }
 
   // Survivors of the previous round keep their order, newcomers follow in
-  // arrival order, nodes that gave their place back come last, dead never.
+  // arrival order, nodes that gave their place back come last (and excluded
+  // ones after them), dead never.
   auto klass = [&](const Candidate& c) {
-    if (c.dead) return 3;
+    if (c.dead) return 4;
+    if (c.excluded) return 3;
     const JoinRecord& r = c.record;
     if (r.released) return 2;
     return r.prev_round == static_cast<int64_t>(round) - 1 && r.prev_rank >= 0 ? 0 : 1;
@@ -280,7 +304,7 @@ void Rendezvous::close_round(uint64_t round, int64_t my_index) {
   int world = 0;
   for (int i = 0; i < members; ++i) world += recs[static_cast<size_t>(i)].record.local_world_size;
   std::vector<std::string> assign_keys, assign_values;
-  std::vector<std::string> member_ids;
+  std::vector<Member> member_list;
   Placement p;
   p.group_world_size = members;
   p.world_size = world;
@@ -292,14 +316,14 @@ void Rendezvous::close_round(uint64_t round, int64_t my_index) {
     assign_values.push_back(p.serialize());
     if (p.admitted) {
       p.rank_offset += recs[i].record.local_world_size;
-      member_ids.push_back(recs[i].record.node_id);
+      member_list.push_back(Member{recs[i].record.node_id, recs[i].record.host});
     }
   }
   // Assignments first: whoever sees `closed` finds its own. Only the winner
   // of the close writes `members`.
   client_.multi_set(assign_keys, assign_values);
   if (!close()) return;
-  client_.set(keys::members(round), serialize_members(member_ids));
+  client_.set(keys::members(round), serialize_members(member_list));
   log->info("round {} closed: {} member(s), {} spare(s), world size {}", round, members,
             count - members, world);
 }
@@ -406,12 +430,17 @@ int Rendezvous::live_waiting_after(uint64_t round) {
   for (int64_t i = 1; i <= n; ++i) recs.push_back(keys::join(round + 1, i));
   std::vector<std::string> beats;
   try {
+    const health::ExclusionState excl = exclusions();
+    const int64_t now_ms = now_unix_ms();
     for (const auto& v : client_.multi_get(recs, config_.heartbeat_interval)) {
-      beats.push_back(keys::heartbeat(JoinRecord::parse(v).node_id));
+      const JoinRecord r = JoinRecord::parse(v);
+      // An excluded spare is no capacity to grow onto.
+      if (!excl.excluded(r.host, now_ms)) beats.push_back(keys::heartbeat(r.node_id));
     }
   } catch (const TimeoutError&) {
     return 0;  // one is still writing its record: count them at the next look
   }
+  if (beats.empty()) return 0;
   int alive = 0;
   const int64_t now_ms = now_unix_ms();
   for (const auto& b : client_.multi_get(beats)) {

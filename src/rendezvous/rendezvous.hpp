@@ -31,6 +31,8 @@
 
 #include "elastic/policy.hpp"
 #include "elasticrun/store_client.hpp"
+#include "health/exclusion.hpp"
+#include "health/straggler.hpp"
 #include "rendezvous/records.hpp"
 
 namespace elasticrun::rendezvous {
@@ -59,6 +61,10 @@ struct RendezvousConfig {
   Millis faulty_scale_down_timeout{std::chrono::seconds(30)};
   // Rounds that end because a worker failed, beyond this many, fail the job.
   int max_restarts = 0;
+  // Bad nodes (health::ExclusionState in keys::kNodeHealth): when a node's
+  // faults exclude it, and for how long; the straggler monitor the leader runs.
+  health::ExclusionPolicy exclusion;
+  health::StragglerPolicy straggler;
   Millis heartbeat_interval{std::chrono::seconds(1)};
   int missed_heartbeats = 5;
   Millis store_timeout{std::chrono::seconds(60)};
@@ -129,6 +135,14 @@ class Rendezvous {
   // Job-wide failure count: TORCHELASTIC_RESTART_COUNT of the workers.
   int64_t failures();
 
+  // The job's bad-node record (empty when none was written; a malformed
+  // one reads as empty, with a warning: it must not stop the job).
+  health::ExclusionState exclusions();
+  // Applies `change` to the record and writes it back with COMPARE_SET,
+  // again on a concurrent update; `change` returns false to write nothing.
+  // Returns whether it wrote.
+  bool update_exclusions(const std::function<bool(health::ExclusionState&)>& change);
+
   // Marks the job finished (spares and late joiners exit) or failed.
   void mark_job_finished(bool failed, const std::string& reason);
   // nullopt while the job runs; else (failed, reason).
@@ -159,6 +173,13 @@ class Rendezvous {
   std::optional<Assignment> last_;
   std::atomic<bool> cancelled_{false};
 };
+
+// The job's bad-node record through any connection to its store (the
+// agents', elasticctl's): what Rendezvous::exclusions and
+// update_exclusions do.
+health::ExclusionState read_exclusions(StoreClient& client);
+bool update_exclusions(StoreClient& client,
+                       const std::function<bool(health::ExclusionState&)>& change);
 
 // The job ended (finished, failed, or the agent was cancelled) while waiting.
 class RendezvousClosed : public Error {

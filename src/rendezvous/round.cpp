@@ -8,6 +8,7 @@
 
 #include "rendezvous/heartbeat.hpp"
 #include "rendezvous/rendezvous.hpp"
+#include "util/logging.hpp"
 
 namespace elasticrun::rendezvous {
 
@@ -94,6 +95,48 @@ int64_t Rendezvous::arrive_done(uint64_t round) {
 
 int64_t Rendezvous::failures() {
   return client_.add(keys::kFailures, 0);
+}
+
+health::ExclusionState read_exclusions(StoreClient& client) {
+  if (!client.check({keys::kNodeHealth})) return {};
+  try {
+    return health::ExclusionState::parse(client.get(keys::kNodeHealth));
+  } catch (const ConfigError& e) {
+    util::logger("rendezvous")->warn("ignoring the job's node health record: {}", e.what());
+    return {};
+  }
+}
+
+bool update_exclusions(StoreClient& client,
+                       const std::function<bool(health::ExclusionState&)>& change) {
+  // Writers are rare (a fault, a straggler, an operator): a few rounds of
+  // COMPARE_SET settle any race.
+  constexpr int kTries = 50;
+  for (int i = 0; i < kTries; ++i) {
+    const std::string old =
+        client.check({keys::kNodeHealth}) ? client.get(keys::kNodeHealth) : std::string();
+    health::ExclusionState state;
+    if (!old.empty()) {
+      try {
+        state = health::ExclusionState::parse(old);
+      } catch (const ConfigError&) {
+        // Written by another version, unreadable: start it again.
+      }
+    }
+    if (!change(state)) return false;
+    const std::string next = state.serialize();
+    if (client.compare_set(keys::kNodeHealth, old, next) == next) return true;
+  }
+  throw StoreError("the job's node health record kept changing under " +
+                   std::to_string(kTries) + " updates");
+}
+
+health::ExclusionState Rendezvous::exclusions() {
+  return read_exclusions(client_);
+}
+
+bool Rendezvous::update_exclusions(const std::function<bool(health::ExclusionState&)>& change) {
+  return rendezvous::update_exclusions(client_, change);
 }
 
 void Rendezvous::mark_job_finished(bool failed, const std::string& reason) {

@@ -57,7 +57,8 @@ RoundWatch::RoundWatch(const RendezvousConfig& config, WatchOptions options,
                        RoundListener& listener)
     : options_(std::move(options)),
       listener_(listener),
-      rdzv_(std::make_unique<Rendezvous>(config)) {
+      rdzv_(std::make_unique<Rendezvous>(config)),
+      straggler_(config.straggler) {
   thread_ = start_quiet_thread([this] { run(); });
 }
 
@@ -72,10 +73,10 @@ void RoundWatch::run() {
   const Assignment& a = options_.assignment;
   try {
     const bool leader = a.group_rank == 0;
-    std::vector<std::string> members;
+    std::vector<Member> members;
     std::unique_ptr<elastic::Policy> policy;
     if (leader) {
-      members = rdzv_->members(a.round);
+      members = parse_member_list(rdzv_->client().get(keys::members(a.round)));
       elastic::PolicyState state;
       if (rdzv_->client().check({keys::kPolicyState})) {
         state = elastic::PolicyState::parse(rdzv_->client().get(keys::kPolicyState));
@@ -108,14 +109,14 @@ void RoundWatch::run() {
   }
 }
 
-void RoundWatch::lead(const std::vector<std::string>& members, elastic::Policy& policy) {
+void RoundWatch::lead(const std::vector<Member>& members, elastic::Policy& policy) {
   auto log = util::logger("rendezvous");
   const auto& c = rdzv_->config();
   const uint64_t round = options_.assignment.round;
   StoreClient& store = rdzv_->client();
 
   std::vector<std::string> hb_keys;
-  for (const auto& m : members) hb_keys.push_back(keys::heartbeat(m));
+  for (const auto& m : members) hb_keys.push_back(keys::heartbeat(m.node_id));
   const auto beats = store.multi_get(hb_keys, c.heartbeat_interval * c.missed_heartbeats);
   elastic::Observation o;
   o.now = wall_now();
@@ -123,12 +124,16 @@ void RoundWatch::lead(const std::vector<std::string>& members, elastic::Policy& 
   std::string lost_names;
   const int64_t now_ms = now_unix_ms();
   const auto limit = c.heartbeat_interval * c.missed_heartbeats;
+  std::vector<health::NodeSample> samples;
   for (size_t i = 0; i < members.size(); ++i) {
     if (heartbeat_stale(beats[i], now_ms, limit)) {
       ++o.lost;
-      lost_names += (lost_names.empty() ? "" : ", ") + members[i];
+      lost_names += (lost_names.empty() ? "" : ", ") + members[i].node_id;
+    } else if (const auto beat = HeartbeatRecord::try_parse(beats[i])) {
+      samples.push_back({members[i].host, beat->step, beat->compute_us});
     }
   }
+  if (o.lost == 0 && end_for_straggler(samples, static_cast<int>(members.size()))) return;
   o.waiting = rdzv_->live_waiting_after(round);
   o.leaving = rdzv_->leaving(round);
   // Operator requests: elasticctl writes one, then bumps ctl/seq; the
@@ -167,6 +172,30 @@ void RoundWatch::lead(const std::vector<std::string>& members, elastic::Policy& 
     if (release_total > release_done) store.add(keys::kReleaseDone, release_total - release_done);
     store.add(keys::kRequestsHandled, seq - handled);
   }
+}
+
+// The straggler monitor's verdict excludes the node and ends the round
+// without it: a waiting spare takes its place, or the job shrinks as after a
+// loss. True when this ended the round.
+bool RoundWatch::end_for_straggler(const std::vector<health::NodeSample>& samples, int current) {
+  const auto verdict = straggler_.observe(samples);
+  if (!verdict) return false;
+  const auto& c = rdzv_->config();
+  const uint64_t round = options_.assignment.round;
+  const std::string why = "straggler: " + verdict->message;
+  rdzv_->update_exclusions([&](health::ExclusionState& s) {
+    s.exclude(verdict->host, now_unix_ms(), c.exclusion, why);
+    return true;
+  });
+  EndRecord r;
+  r.kind = EndKind::kReplace;
+  r.target = current;
+  r.survivors = std::max(current - 1, 0);
+  r.wait = c.rejoin_timeout;
+  r.reason = "the node " + verdict->host + " is excluded as a " + why;
+  util::logger("rendezvous")->warn("round {}: {}; ending the round", round, r.reason);
+  rdzv_->end_round(round, r);
+  return true;
 }
 
 void RoundWatch::follow() {

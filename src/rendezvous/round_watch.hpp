@@ -5,7 +5,9 @@
 //   member's heartbeat, the agents waiting for the next round, the members
 //   that announced they are leaving, and operator requests (elasticctl
 //   scale / release); it feeds them to the elastic policy and, when the
-//   policy decides, ends the round with the decision.
+//   policy decides, ends the round with the decision. The members'
+//   heartbeats also carry their compute times: a straggler (health/
+//   straggler.hpp) is excluded and the round ends without it.
 // - A follower watches the leader's heartbeat and ends the round (replace)
 //   when it stops: a new leader comes out of the next round.
 //
@@ -52,12 +54,14 @@ class RoundWatch {
 
  private:
   void run();
-  void lead(const std::vector<std::string>& members, elastic::Policy& policy);
+  void lead(const std::vector<Member>& members, elastic::Policy& policy);
+  bool end_for_straggler(const std::vector<health::NodeSample>& samples, int current);
   void follow();
 
   WatchOptions options_;
   RoundListener& listener_;
-  std::unique_ptr<Rendezvous> rdzv_;  // the thread's own connection
+  std::unique_ptr<Rendezvous> rdzv_;     // the thread's own connection
+  health::StragglerDetector straggler_;  // the leader's, over this round
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -45,6 +45,11 @@ const std::map<Flag, std::string> kSample = {
     {Flag::kHangTimeout, "120"},
     {Flag::kStartupTimeout, "600"},
     {Flag::kNonFiniteLoss, "off"},
+    {Flag::kExcludeAfter, "5"},
+    {Flag::kExcludeWindow, "60"},
+    {Flag::kExcludeCooldown, "30"},
+    {Flag::kStragglerFactor, "1.5"},
+    {Flag::kStragglerPoints, "4"},
     {Flag::kNnodes, "2"},
     {Flag::kNprocPerNode, "3"},
     {Flag::kRdzvBackend, "etcd"},
@@ -158,7 +163,12 @@ TEST_CASE("the flag table holds every torchrun 2.15 flag, hyperpodrun's extras a
                                           "warm_start_imports",
                                           "hang_timeout",
                                           "startup_timeout",
-                                          "non_finite_loss"};
+                                          "non_finite_loss",
+                                          "exclude_after",
+                                          "exclude_window",
+                                          "exclude_cooldown",
+                                          "straggler_factor",
+                                          "straggler_points"};
   std::set<std::string> dests;
   for (const auto& f : flag_table()) dests.insert(f.dest());
   CHECK(dests == expected);

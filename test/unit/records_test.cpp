@@ -101,8 +101,13 @@ TEST_CASE("the smaller records read back", "[records]") {
   CHECK(f.reason == "no restarts left");
   CHECK_FALSE(JobFinished::parse("ok every worker succeeded").failed);
 
-  CHECK(parse_members(serialize_members({"a", "b", "c"})) ==
+  CHECK(parse_members(serialize_members({{"a", "10.0.0.1"}, {"b", "h2"}, {"c", ""}})) ==
         std::vector<std::string>{"a", "b", "c"});
+  const auto list = parse_member_list(serialize_members({{"a", "10.0.0.1"}, {"c", ""}}));
+  REQUIRE(list.size() == 2);
+  CHECK(list[0].host == "10.0.0.1");
+  CHECK(list[1].host.empty());
+  CHECK(parse_member_list("old-agent-id")[0].node_id == "old-agent-id");
   CHECK(parse_members("").empty());
 
   CHECK(HeartbeatRecord::try_parse(HeartbeatRecord{1234}.serialize())->unix_ms == 1234);
