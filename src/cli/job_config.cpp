@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "cli/run_policy.hpp"
 #include "cli/yaml_reader.hpp"
 #include "elasticrun/errors.hpp"
 #include "util/strings.hpp"
@@ -91,10 +92,12 @@ JobConfig parse_job_config(std::string_view yaml, std::string_view file) {
   const YamlReader r(file);
   const YAML::Node doc = r.load(yaml);
   JobConfig c;
-  r.for_each_key(doc, YAML::Node(), "", {"elasticPolicy", "worldSizeOverrides"},
+  r.for_each_key(doc, YAML::Node(), "", {"elasticPolicy", "runPolicy", "worldSizeOverrides"},
                  [&](const std::string& key, const YAML::Node& k, const YAML::Node& v) {
                    if (key == "elasticPolicy") {
                      read_elastic_policy(r, k, v, c);
+                   } else if (key == "runPolicy") {
+                     read_run_policy(r, k, v, c);
                    } else {
                      read_world_size_overrides(r, k, v, c);
                    }

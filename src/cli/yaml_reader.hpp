@@ -2,7 +2,7 @@
 // value checked for its type, each problem a ConfigError naming the file,
 // the line and the dotted key ("job.yaml, line 4: elasticPolicy.maxReplicas:
 // expected an integer, got 'four'"). Private to src/cli; the sections'
-// readers (job_config.cpp) build on it.
+// readers (job_config.cpp, run_policy.cpp) build on it.
 //
 // In the calls below `k` is a value's key node and `v` the value; `path` is
 // the value's dotted name for messages ("runPolicy.restartPolicy").
