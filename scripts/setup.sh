@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 # the libFuzzer runtime (scripts/fuzz.sh).
 APT_PACKAGES=(
   g++ cmake ninja-build pkg-config
-  libuv1-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libyaml-cpp-dev libgloo-dev catch2
+  libuv1-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libyaml-cpp-dev libre2-dev libgloo-dev catch2
   python3-venv python3-torch
   clang libclang-rt-14-dev
   procps iproute2

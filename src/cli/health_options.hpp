@@ -1,8 +1,10 @@
 // The health monitors as the command line gives them (docs/health.md).
 //
-// Plain data, like ElasticOptions: src/cli does not depend on src/health;
-// the launch plan (agent/launch_plan) maps these onto the monitors' own
-// configuration. Values here are validated: times >= 0.
+// Plain data, like ElasticOptions: src/cli does not depend on src/health's
+// logic (it includes only health/specs.hpp, the job config's log rules and
+// restart limits as plain data); the launch plan (agent/launch_plan) maps
+// these onto the monitors' own configuration. Values here are validated:
+// times >= 0.
 #pragma once
 
 namespace elasticrun::cli {

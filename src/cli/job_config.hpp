@@ -1,12 +1,15 @@
 // The job config file (--config FILE, YAML; the schema is docs/job-config.md):
-// hyperpodrun's elasticPolicy block plus our stable periods, and per-world-size
+// hyperpodrun's elasticPolicy block plus our stable periods, HyperPod's
+// runPolicy (restart limits and log monitoring rules), and per-world-size
 // hyperparameters for the worker SDK.
 //
 // Strict on purpose: an unknown key, a key given twice, or a value of the
 // wrong type is a ConfigError naming the file, the line and the key, because
 // a misspelt "maxReplica" silently ignored would run the job at the wrong size.
 // Ranges (min <= max, ...) are checked later, after the command line has
-// overridden what it overrides (cli/elastic_parse.hpp).
+// overridden what it overrides (cli/elastic_parse.hpp). Log rules' patterns
+// are compiled, and so checked, by health::LogRules::compile: src/cli knows
+// the rules only as plain data (health/specs.hpp), not RE2.
 #pragma once
 
 #include <optional>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "cli/elastic_options.hpp"
+#include "health/specs.hpp"
 
 namespace elasticrun::cli {
 
@@ -39,6 +43,18 @@ struct JobConfig {
   WorldSizeOverrides world_size_overrides;
   // Where each world size of world_size_overrides was given, for notes.
   std::map<int, std::string> world_size_origins;
+
+  // runPolicy.restartPolicy with runPolicy.jobMaxRetryCount, present when
+  // either is given (jobMaxRetryCount alone: no window, no escalation).
+  // Origin: the restartPolicy key, else the jobMaxRetryCount key.
+  std::optional<FileValue<health::RestartPolicySpec>> restart_policy;
+  // runPolicy.logMonitoringConfiguration, in the file's order, each rule
+  // with its origin; names are unique.
+  std::vector<health::LogRuleSpec> log_rules;
+  // What the launcher should print at start: HyperPod's keys that elasticrun
+  // accepts and ignores, values HyperPod's job spec would refuse, rules that
+  // cannot do what they seem to. Each names the file, the line and the key.
+  std::vector<std::string> notes;
 };
 
 // Parses YAML text; `file` names it in messages. An empty document is an
