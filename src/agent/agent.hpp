@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -17,7 +18,9 @@
 #include "agent/numa_binding.hpp"
 #include "agent/warm_start.hpp"
 #include "elastic/policy.hpp"
+#include "health/log_rules.hpp"
 #include "health/progress_monitor.hpp"
+#include "health/specs.hpp"
 #include "rendezvous/rendezvous.hpp"
 
 namespace elasticrun::agent {
@@ -95,6 +98,17 @@ struct AgentConfig {
   std::string numa_root = "/";
   // The health monitors over the SDK's progress (docs/health.md).
   health::ProgressConfig progress;
+  // The job config's log rules, compiled once: every rule reads local rank
+  // 0's output (as HyperPod's agent watches only local rank 0), and the
+  // faultOnMatch rules every rank's (an out-of-memory error on rank 3 is as
+  // fatal as on rank 0). Null: no rule of that kind.
+  std::shared_ptr<const health::LogRules::Compiled> rank0_rules;
+  std::shared_ptr<const health::LogRules::Compiled> every_rank_rules;
+  // HyperPod's restart policy (runPolicy.restartPolicy, jobMaxRetryCount):
+  // when set, it decides each failure's restart instead of --max-restarts
+  // alone; restart_cap is --max-restarts when it was given.
+  std::optional<health::RestartPolicySpec> restart_policy;
+  std::optional<int> restart_cap;
   // One-line notes printed once before the workers start.
   std::vector<std::string> notes;
   // Set in every worker's (and hook's) environment on top of the agent's own.

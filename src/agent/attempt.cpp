@@ -9,6 +9,7 @@
 
 #include "agent/failure_report.hpp"
 #include "agent/fault_record.hpp"
+#include "agent/health_watch.hpp"
 #include "elasticrun/errors.hpp"
 #include "supervisor/descendants.hpp"
 
@@ -31,6 +32,9 @@ struct StreamPlan {
   std::string file;      // log file, when redirected or tee'd
   bool tee = false;      // also to the console, line by line with the prefix
   bool discard = false;  // filtered out by --local-ranks-filter: /dev/null
+  // A log rule reads it: it passes through the agent, which writes what
+  // the worker would have (file, console, neither) unchanged.
+  bool observed = false;
 };
 
 struct RankPlan {
@@ -55,6 +59,7 @@ RankPlan plan_rank_logs(const AgentConfig& c, const fs::path& rank_dir, int loca
   };
   plan(p.out, 1, "stdout.log");
   plan(p.err, 2, "stderr.log");
+  p.out.observed = p.err.observed = rules_read_output(c, local_rank);
   p.prefix =
       substitute_template(c.log_line_prefix_template, {{"role_name", c.role},
                                                        {"rank", std::to_string(rank)},
@@ -64,7 +69,7 @@ RankPlan plan_rank_logs(const AgentConfig& c, const fs::path& rank_dir, int loca
 }
 
 // One attempt: start the workers, watch them until every one has exited.
-class Attempt final : public AttemptControl {
+class Attempt final : public AttemptControl, public supervisor::LogPump::LineObserver {
  public:
   Attempt(const AgentConfig& c, const NodeContext& node, int restart_count, fs::path attempt_dir,
           std::vector<std::string> stack_files, int rank_offset, AttemptDelegate& delegate,
@@ -130,9 +135,9 @@ class Attempt final : public AttemptControl {
     std::vector<int> child_fds;
     for (size_t r = 0; r < specs.size() && r < logs.size(); ++r) {
       specs[r].stdout_fd =
-          stream_fd(logs[r].out, STDOUT_FILENO, logs[r].prefix, out_copy, child_fds);
+          stream_fd(logs[r].out, STDOUT_FILENO, logs[r].prefix, out_copy, 2 * r, child_fds);
       specs[r].stderr_fd =
-          stream_fd(logs[r].err, STDERR_FILENO, logs[r].prefix, err_copy, child_fds);
+          stream_fd(logs[r].err, STDERR_FILENO, logs[r].prefix, err_copy, 2 * r + 1, child_fds);
     }
     // A cgroup of this attempt's own, below the job's: what a worker starts,
     // setsid or not, stays in it, and is killed with it when the attempt ends.
@@ -238,7 +243,27 @@ class Attempt final : public AttemptControl {
   // The descriptor a worker gets for one stream, per the plan; -1 inherits
   // the agent's. Descriptors only the child needs go to child_fds.
   int stream_fd(const StreamPlan& p, int console, const std::string& prefix,
-                const supervisor::LogPump::LineCopy* copy, std::vector<int>& child_fds) {
+                const supervisor::LogPump::LineCopy* copy, size_t tag,
+                std::vector<int>& child_fds) {
+    if (p.observed && !p.tee) {
+      // Where the bytes would have gone, unchanged; and the lines to the rules.
+      supervisor::LogPump::Sink sink;
+      if (!p.file.empty()) {
+        sink.file_fd = ::open(p.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (sink.file_fd < 0) {
+          throw Error("cannot create log file " + p.file + ": " + std::strerror(errno));
+        }
+        parent_fds_.push_back(sink.file_fd);
+      } else if (!p.discard) {
+        sink.console_fd = console;
+        sink.raw = true;
+      }
+      sink.observer = this;
+      sink.tag = static_cast<int>(tag);
+      int pipe_w = pump_.add(std::move(sink));
+      child_fds.push_back(pipe_w);
+      return pipe_w;
+    }
     if (p.discard) {
       int fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
       child_fds.push_back(fd);
@@ -252,9 +277,15 @@ class Attempt final : public AttemptControl {
       return file;
     }
     parent_fds_.push_back(file);  // the pump writes it
-    int pipe_w = pump_.add(file, console, prefix, copy);
+    int pipe_w = pump_.add(
+        {file, console, false, prefix, copy, p.observed ? this : nullptr, static_cast<int>(tag)});
     child_fds.push_back(pipe_w);
     return pipe_w;
+  }
+
+  // LogPump::LineObserver: a line of a stream a log rule reads.
+  void on_line(int tag, std::string_view line) override {
+    if (!stopping_) delegate_.on_log_line(tag / 2, line);
   }
 
  public:

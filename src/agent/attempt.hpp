@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agent/agent.hpp"
@@ -113,6 +114,12 @@ class AttemptDelegate {
   virtual std::chrono::milliseconds rescue_window() { return std::chrono::milliseconds(0); }
   // Every --monitor-interval while the workers run: progress sampling.
   virtual void tick(std::chrono::steady_clock::time_point now) { (void)now; }
+  // A line of local rank `local_rank`'s stdout or stderr, for the streams
+  // a log rule reads (rules_read_output): they pass through the agent.
+  virtual void on_log_line(int local_rank, std::string_view line) {
+    (void)local_rank;
+    (void)line;
+  }
 };
 
 // What a node knows for every attempt: set up once by run_agent.

@@ -6,7 +6,7 @@
 #include "agent/attempt.hpp"
 #include "agent/embedded_store.hpp"
 #include "agent/failure_report.hpp"
-#include "agent/health_watch.hpp"
+#include "agent/monitored_round.hpp"
 #include "agent/static_restart.hpp"
 #include "elasticrun/errors.hpp"
 #include "elasticrun/store_client.hpp"
@@ -52,23 +52,16 @@ void wait_at_exit_barrier(const AgentConfig& c, int store_port) {
 // One attempt of a fixed job: a failure here asks the other nodes of a
 // static multi-node job to restart too (through the restarts' courier).
 // It also runs the attempt's health monitors.
-class FixedRound final : public AttemptDelegate {
+class FixedRound final : public MonitoredRound {
  public:
   FixedRound(const AgentConfig& config, const NodeContext& node, StaticRestarts* restarts,
              int attempt)
-      : config_(config), node_(node), restarts_(restarts), attempt_(attempt) {
+      : MonitoredRound(config, node.control),
+        config_(config),
+        node_(node),
+        restarts_(restarts),
+        attempt_(attempt) {
     if (node_.control) node_.control->reset(static_cast<uint64_t>(attempt));
-  }
-
-  void attempt_started(AttemptControl& control) override {
-    control_ = &control;
-    health_.emplace(config_.progress, node_.control, config_.nproc_per_node,
-                    std::chrono::steady_clock::now());
-  }
-
-  void tick(std::chrono::steady_clock::time_point now) override {
-    if (!health_ || !control_) return;
-    if (auto fault = health_->tick(now, control_->workers())) control_->report_fault(*fault);
   }
 
   void on_failure(const WorkerExit& e) override {
@@ -107,8 +100,6 @@ class FixedRound final : public AttemptDelegate {
   const NodeContext& node_;
   StaticRestarts* restarts_;  // null: nobody else to tell
   int attempt_;
-  AttemptControl* control_ = nullptr;  // while the attempt runs
-  std::optional<HealthWatch> health_;
 };
 
 }  // namespace

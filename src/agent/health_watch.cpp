@@ -2,14 +2,43 @@
 
 namespace elasticrun::agent {
 
-HealthWatch::HealthWatch(const health::ProgressConfig& progress, const control::ControlBlock* block,
+bool rules_read_output(const AgentConfig& config, int lr) {
+  return (lr == 0 ? config.rank0_rules : config.every_rank_rules) != nullptr;
+}
+
+HealthWatch::HealthWatch(const AgentConfig& config, const control::ControlBlock* block,
                          int local_ranks, health::Clock::time_point start)
     : block_(block),
-      progress_(progress, local_ranks, start),
-      samples_(static_cast<size_t>(local_ranks)) {}
+      progress_(config.progress, local_ranks, start),
+      samples_(static_cast<size_t>(local_ranks)),
+      rules_(static_cast<size_t>(local_ranks)) {
+  for (int lr = 0; lr < local_ranks; ++lr) {
+    const auto& compiled = lr == 0 ? config.rank0_rules : config.every_rank_rules;
+    if (compiled) rules_[static_cast<size_t>(lr)].emplace(compiled, start);
+  }
+}
+
+bool HealthWatch::watches_output(int lr) const {
+  return lr >= 0 && static_cast<size_t>(lr) < rules_.size() && rules_[static_cast<size_t>(lr)];
+}
+
+std::optional<health::Fault> HealthWatch::on_line(health::Clock::time_point now, int lr,
+                                                  std::string_view line) {
+  if (!watches_output(lr)) return std::nullopt;
+  auto fault = rules_[static_cast<size_t>(lr)]->on_line(now, line);
+  if (fault) fault->local_rank = lr;
+  return fault;
+}
 
 std::optional<health::Fault> HealthWatch::tick(health::Clock::time_point now,
                                                const supervisor::WorkerGroup& workers) {
+  for (size_t lr = 0; lr < rules_.size(); ++lr) {
+    if (!rules_[lr]) continue;
+    if (auto fault = rules_[lr]->check(now)) {
+      fault->local_rank = static_cast<int>(lr);
+      return fault;
+    }
+  }
   if (!block_) return std::nullopt;
   const int n = std::min(block_->num_slots(), static_cast<int>(samples_.size()));
   for (int lr = 0; lr < n; ++lr) {

@@ -5,10 +5,13 @@
 #pragma once
 
 #include <optional>
+#include <string_view>
 #include <vector>
 
+#include "agent/agent.hpp"
 #include "control/control_block.hpp"
 #include "health/fault.hpp"
+#include "health/log_rules.hpp"
 #include "health/progress_monitor.hpp"
 #include "supervisor/worker_group.hpp"
 
@@ -16,17 +19,30 @@ namespace elasticrun::agent {
 
 class HealthWatch {
  public:
-  // `block` may be null (no control block: nothing to watch but exits).
-  HealthWatch(const health::ProgressConfig& progress, const control::ControlBlock* block,
-              int local_ranks, health::Clock::time_point start);
+  // `block` may be null (no control block: no progress to watch). Local
+  // rank 0's output is judged by `rank0_rules`, every other rank's by
+  // `every_rank_rules` (either may be null: no rules).
+  HealthWatch(const AgentConfig& config, const control::ControlBlock* block, int local_ranks,
+              health::Clock::time_point start);
+
+  // Whether a log rule reads local rank `lr`'s output (its streams must
+  // then pass through the agent).
+  bool watches_output(int lr) const;
 
   std::optional<health::Fault> tick(health::Clock::time_point now,
                                     const supervisor::WorkerGroup& workers);
+  // A line of local rank `lr`'s stdout or stderr.
+  std::optional<health::Fault> on_line(health::Clock::time_point now, int lr,
+                                       std::string_view line);
 
  private:
   const control::ControlBlock* block_;
   health::ProgressMonitor progress_;
-  std::vector<health::RankSample> samples_;  // reused: one look per tick
+  std::vector<health::RankSample> samples_;             // reused: one look per tick
+  std::vector<std::optional<health::LogRules>> rules_;  // per local rank
 };
+
+// Whether a log rule of `config` reads local rank `lr`'s output.
+bool rules_read_output(const AgentConfig& config, int lr);
 
 }  // namespace elasticrun::agent

@@ -258,6 +258,17 @@ AgentConfig plan_agent(const cli::LaunchConfig& c, const Environment& env) {
   a.duplicate_stderr_filters = c.duplicate_stderr_filters;
   a.notes = c.notes;
   a.progress = plan_progress(c.health);
+  // Compiled here, so that a pattern RE2 refuses exits 2 before anything starts.
+  if (!c.health.log_rules.empty()) {
+    a.rank0_rules = health::LogRules::compile(c.health.log_rules);
+    std::vector<health::LogRuleSpec> fault_rules;
+    for (const auto& r : c.health.log_rules) {
+      if (r.fault_on_match) fault_rules.push_back(r);
+    }
+    if (!fault_rules.empty()) a.every_rank_rules = health::LogRules::compile(fault_rules);
+  }
+  a.restart_policy = c.health.restart_policy;
+  if (c.health.max_restarts_given) a.restart_cap = c.max_restarts;
   a.pre_train_command = hook_command(c.pre_train_script, c.pre_train_args);
   a.post_train_command = hook_command(c.post_train_script, c.post_train_args);
   if (auto err = env.find("TORCHELASTIC_ERROR_FILE"); err != env.end()) {

@@ -56,7 +56,13 @@ std::string describe(const EndRecord& r) {
 Round::Round(const AgentConfig& config, const rendezvous::RendezvousConfig& rc,
              const rendezvous::Assignment& place, control::ControlBlock* control, Courier& courier,
              rendezvous::BeatProgress& beat)
-    : config_(config), rc_(rc), place_(place), control_(control), courier_(courier), beat_(beat) {
+    : MonitoredRound(config, control),
+      config_(config),
+      rc_(rc),
+      place_(place),
+      control_(control),
+      courier_(courier),
+      beat_(beat) {
   if (control_) control_->reset(place_.round);
   rendezvous::WatchOptions wo;
   wo.assignment = place_;
@@ -170,12 +176,6 @@ std::chrono::milliseconds Round::rescue_window() {
   return std::min(window, config_.graceful_shutdown_timeout);
 }
 
-void Round::attempt_started(AttemptControl& control) {
-  attempt_ = &control;
-  health_.emplace(config_.progress, control_, config_.nproc_per_node,
-                  std::chrono::steady_clock::now());
-}
-
 void Round::tick(std::chrono::steady_clock::time_point now) {
   if (control_) {
     const int64_t step = control_->max_step();
@@ -189,14 +189,11 @@ void Round::tick(std::chrono::steady_clock::time_point now) {
     beat_.step.store(step, std::memory_order_relaxed);
     beat_.compute_us.store(compute, std::memory_order_relaxed);
   }
-  if (health_ && attempt_) {
-    if (auto fault = health_->tick(now, attempt_->workers())) attempt_->report_fault(*fault);
-  }
+  MonitoredRound::tick(now);
 }
 
 // Ends the round for everyone (unless someone else did first), on the courier.
-void Round::end_round(EndRecord record, std::string log_line, std::string blame,
-                      bool exclude_now) {
+void Round::end_round(EndRecord record, std::string log_line, std::string blame, bool exclude_now) {
   courier_.post([round = place_.round, record = std::move(record), log_line = std::move(log_line),
                  blame = std::move(blame), exclude_now, host = rc_.host,
                  policy = rc_.exclusion](rendezvous::Rendezvous& r) {

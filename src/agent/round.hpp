@@ -19,7 +19,7 @@
 
 #include "agent/attempt.hpp"
 #include "agent/courier.hpp"
-#include "agent/health_watch.hpp"
+#include "agent/monitored_round.hpp"
 #include "agent/progress.hpp"
 #include "control/control_block.hpp"
 #include "rendezvous/heartbeat.hpp"
@@ -28,7 +28,7 @@
 
 namespace elasticrun::agent {
 
-class Round final : public AttemptDelegate, public rendezvous::RoundListener {
+class Round final : public MonitoredRound, public rendezvous::RoundListener {
  public:
   using Courier = agent::Courier<rendezvous::Rendezvous>;
 
@@ -50,7 +50,6 @@ class Round final : public AttemptDelegate, public rendezvous::RoundListener {
   void fail(const std::string& what);
 
   // AttemptDelegate (the loop).
-  void attempt_started(AttemptControl& control) override;
   void on_failure(const supervisor::WorkerExit& exit) override;
   void on_fault(const health::Fault& fault) override;
   bool on_signal(int signo) override;
@@ -80,10 +79,8 @@ class Round final : public AttemptDelegate, public rendezvous::RoundListener {
   Courier& courier_;
   rendezvous::BeatProgress& beat_;
   std::optional<rendezvous::EndRecord> end_;
-  int64_t agreed_stop_ = -1;           // -1 until every member agreed
-  StepRate rate_;                      // how fast this node's workers step
-  AttemptControl* attempt_ = nullptr;  // while the attempt runs
-  std::optional<HealthWatch> health_;  // the attempt's monitors
+  int64_t agreed_stop_ = -1;  // -1 until every member agreed
+  StepRate rate_;             // how fast this node's workers step
   // Shared with the courier's errands, which may answer after the round is
   // gone: their messages then wait in an inbox nobody attaches again.
   std::shared_ptr<Inbox> inbox_ = std::make_shared<Inbox>();

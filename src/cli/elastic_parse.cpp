@@ -213,6 +213,11 @@ void parse_elastic(LaunchConfig& c, const FlagValues& g) {
   e.min_stable_period = min_stable.value;
   e.max_stable_period = max_stable.value;
   e.world_size_overrides = std::move(file.world_size_overrides);
+  // The runPolicy section belongs to the health monitors.
+  c.health.log_rules = std::move(file.log_rules);
+  if (file.restart_policy) c.health.restart_policy = file.restart_policy->value;
+  c.health.max_restarts_given = flag(g, Flag::kMaxRestarts).has_value();
+  c.notes.insert(c.notes.end(), file.notes.begin(), file.notes.end());
   // Not an error: a smaller test run may reuse the production file.
   for (const auto& [size, origin] : file.world_size_origins) {
     if (allowed(e, size)) continue;

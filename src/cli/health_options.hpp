@@ -7,6 +7,11 @@
 // times >= 0.
 #pragma once
 
+#include <optional>
+#include <vector>
+
+#include "health/specs.hpp"
+
 namespace elasticrun::cli {
 
 struct HealthOptions {
@@ -33,6 +38,13 @@ struct HealthOptions {
   // --straggler-points samples in a row is excluded; factor 0: off.
   double straggler_factor = 0;
   int straggler_points = 10;
+  // The job config's runPolicy (--config): HyperPod's log monitoring rules
+  // and restart policy (docs/job-config.md).
+  std::vector<health::LogRuleSpec> log_rules;
+  std::optional<health::RestartPolicySpec> restart_policy;
+  // Whether --max-restarts (or PET_MAX_RESTARTS) was given: with a restart
+  // policy it is one more cap on the total, without one torchrun's limit.
+  bool max_restarts_given = false;
 };
 
 }  // namespace elasticrun::cli

@@ -61,6 +61,19 @@ nlohmann::ordered_json optional_json(const std::optional<std::string>& value) {
 }
 
 nlohmann::ordered_json health_json(const HealthOptions& h) {
+  nlohmann::ordered_json rules = nlohmann::ordered_json::array();
+  for (const auto& r : h.log_rules) rules.push_back(r.name);
+  nlohmann::ordered_json policy = nullptr;
+  if (h.restart_policy) {
+    const auto opt = [](const auto& v) {
+      return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
+    };
+    policy = {{"num_restart_before_full_job_restart",
+               opt(h.restart_policy->num_restart_before_full_job_restart)},
+              {"eval_period_seconds", opt(h.restart_policy->eval_period_seconds)},
+              {"max_full_job_restarts", opt(h.restart_policy->max_full_job_restarts)},
+              {"job_max_retry_count", opt(h.restart_policy->job_max_retry_count)}};
+  }
   const char* hang = h.hang == HealthOptions::Hang::kAuto  ? "auto"
                      : h.hang == HealthOptions::Hang::kOff ? "off"
                                                            : "seconds";
@@ -74,6 +87,9 @@ nlohmann::ordered_json health_json(const HealthOptions& h) {
       {"exclude_cooldown", h.exclude_cooldown},
       {"straggler_factor", h.straggler_factor},
       {"straggler_points", h.straggler_points},
+      {"log_rules", rules},
+      {"restart_policy", policy},
+      {"max_restarts_given", h.max_restarts_given},
   };
 }
 

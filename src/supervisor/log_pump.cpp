@@ -24,16 +24,13 @@ void write_all(int fd, const char* p, size_t n) {
 
 }  // namespace
 
-int LogPump::add(int file_fd, int console_fd, std::string prefix, const LineCopy* copy) {
+int LogPump::add(Sink sink) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("log pipe: ") + std::strerror(errno));
   auto s = std::make_unique<Stream>();
   s->owner = this;
   s->read_fd = fds[0];
-  s->file_fd = file_fd;
-  s->console_fd = console_fd;
-  s->prefix = std::move(prefix);
-  s->copy = copy;
+  s->sink = std::move(sink);
   uv_pipe_init(loop_, &s->pipe, 0);
   s->pipe.data = s.get();
   uv_pipe_open(&s->pipe, fds[0]);
@@ -57,8 +54,11 @@ int LogPump::add(int file_fd, int console_fd, std::string prefix, const LineCopy
 }
 
 void LogPump::on_data(Stream& s, const char* data, size_t n) {
-  if (s.file_fd >= 0) write_all(s.file_fd, data, n);
-  if (s.console_fd < 0) return;
+  const Sink& k = s.sink;
+  if (k.file_fd >= 0) write_all(k.file_fd, data, n);
+  if (k.raw && k.console_fd >= 0) write_all(k.console_fd, data, n);
+  const bool lines_to_console = !k.raw && k.console_fd >= 0;
+  if (!lines_to_console && k.observer == nullptr) return;
   size_t start = 0;
   for (size_t i = 0; i < n; ++i) {
     const bool crlf_tail = s.after_cr && data[i] == '\n';
@@ -68,42 +68,39 @@ void LogPump::on_data(Stream& s, const char* data, size_t n) {
       continue;
     }
     if (data[i] != '\n' && data[i] != '\r') continue;
-    // One write per line, prefix included: the kernel keeps it whole.
-    std::string line = s.prefix;
-    line += s.partial;
-    line.append(data + start, i - start);
-    line += '\n';
-    s.partial.clear();
-    emit(s, line);
+    if (s.partial.empty()) {
+      emit(s, std::string_view(data + start, i - start));
+    } else {
+      s.partial.append(data + start, i - start);
+      emit(s, s.partial);
+      s.partial.clear();
+    }
     start = i + 1;
     s.after_cr = data[i] == '\r';
   }
   s.partial.append(data + start, n - start);
-  if (s.partial.size() >= kMaxLine) {
-    s.partial += '\n';
-    flush_partial(s);
-  }
+  if (s.partial.size() >= kMaxLine) flush_partial(s);
 }
 
 void LogPump::flush_partial(Stream& s) {
-  if (s.partial.empty() || s.console_fd < 0) {
-    s.partial.clear();
-    return;
-  }
-  std::string line = s.prefix + s.partial;
-  if (line.back() != '\n') line += '\n';
+  if (!s.partial.empty()) emit(s, s.partial);
   s.partial.clear();
-  emit(s, line);
 }
 
-void LogPump::emit(const Stream& s, const std::string& line) {
-  write_all(s.console_fd, line.data(), line.size());
-  if (s.copy == nullptr || s.copy->fd < 0) return;
+void LogPump::emit(const Stream& s, std::string_view text) {
+  const Sink& k = s.sink;
+  if (k.observer) k.observer->on_line(k.tag, text);
+  if (k.raw || k.console_fd < 0) return;
+  // One write per line, prefix included: the kernel keeps it whole.
+  std::string line = k.prefix;
+  line.append(text);
+  line += '\n';
+  write_all(k.console_fd, line.data(), line.size());
+  if (k.copy == nullptr || k.copy->fd < 0) return;
   // The worker's text is matched, not the prefix.
-  const std::string_view text = std::string_view(line).substr(s.prefix.size());
-  for (const auto& needle : s.copy->needles) {
+  for (const auto& needle : k.copy->needles) {
     if (text.find(needle) != std::string_view::npos) {
-      write_all(s.copy->fd, line.data(), line.size());
+      write_all(k.copy->fd, line.data(), line.size());
       return;
     }
   }

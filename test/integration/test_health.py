@@ -145,3 +145,140 @@ def test_a_rank_that_never_enters_the_all_reduce_hangs_every_rank(
     stacks = {s["local_rank"]: Path(s["file"]).read_text() for s in fault["stacks"]}
     assert "all_reduce" in stacks[0]
     assert "all_reduce" not in stacks[1] and "health_worker.py" in stacks[1]
+
+
+# --- HyperPod's log monitoring rules (runPolicy.logMonitoringConfiguration)
+
+LOG_WORKER = WORKERS / "log_rule_worker.py"
+
+
+def run_rules(procs, marker, elasticrun, tmp_path: Path, rules_yaml: str, worker_args: list,
+              flags: list | None = None):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    config = tmp_path / "job.yaml"
+    config.write_text("runPolicy:\n  logMonitoringConfiguration:\n" + rules_yaml)
+    logs = tmp_path / "logs"
+    proc = procs.spawn(
+        [elasticrun, "--standalone", "--nproc-per-node", "2", "--log-dir", logs,
+         "--config", config, *(flags or []), LOG_WORKER, *worker_args],
+        "agent", env=launcher_env(marker, tmp_path / "tmp"), cwd=tmp_path)
+    proc.wait(RUN_TIMEOUT_S)
+    return proc, logs
+
+
+def test_a_fault_on_match_rule_stops_the_job_at_an_out_of_memory_line(
+    procs, marker, elasticrun, tmp_path
+):
+    # HyperPod's documented "GPU Error" rule; the error is on rank 1's
+    # stderr, which faultOnMatch rules read on every rank.
+    proc, logs = run_rules(procs, marker, elasticrun, tmp_path, """\
+    - name: "GPU Error"
+      logPattern: ".*RuntimeError.*out of memory.*"
+      faultOnMatch: true
+""", ["--mode", "oom", "--rank", "1", "--seconds", "60"])
+    assert proc.popen.returncode == 1, proc.describe()
+    fault = fault_record(logs)
+    assert fault["kind"] == "log_fault" and fault["reason"] == "LogFault_GPU Error"
+    assert fault["local_rank"] == 1
+    assert "CUDA out of memory" in fault["message"]
+    # No SDK: the stacks come from py-spy.
+    [stack] = [s for s in fault["stacks"] if s["local_rank"] == 1]
+    assert stack["how"] == "py-spy", stack
+    assert "log_rule_worker.py" in Path(stack["file"]).read_text()
+
+
+def test_hyperpods_job_start_rule_faults_a_job_that_never_prints_its_start(
+    procs, marker, elasticrun, tmp_path
+):
+    proc, logs = run_rules(procs, marker, elasticrun, tmp_path, """\
+    - name: "JobStart"
+      logPattern: ".*Experiment configuration.*"
+      expectedStartCutOffInSeconds: 2
+""", ["--mode", "silent", "--seconds", "60"])
+    assert proc.popen.returncode == 1, proc.describe()
+    fault = fault_record(logs)
+    assert fault["kind"] == "log_hang" and fault["reason"] == "LogHang_JobStart"
+    assert fault["local_rank"] == 0
+
+
+def test_hyperpods_hang_rule_faults_when_batches_stop_coming(procs, marker, elasticrun, tmp_path):
+    proc, logs = run_rules(procs, marker, elasticrun, tmp_path, """\
+    - name: "JobHangingDetection"
+      logPattern: ".*\\\\[Epoch 0 Batch \\\\d+.*'training_loss_step': (\\\\d+(\\\\.\\\\d+)?).*"
+      expectedRecurringFrequencyInSeconds: 1
+      expectedStartCutOffInSeconds: 10
+""", ["--mode", "batches", "--batches", "10", "--seconds", "60"])
+    assert proc.popen.returncode == 1, proc.describe()
+    fault = fault_record(logs)
+    assert fault["reason"] == "LogHang_JobHangingDetection", fault
+
+
+def test_hyperpods_low_throughput_rule_needs_its_points_in_a_row(
+    procs, marker, elasticrun, tmp_path
+):
+    rule = """\
+    - name: "LowThroughputDetection"
+      logPattern: ".*\\\\[Epoch 0 Batch \\\\d+.*'samples\\\\/sec': (\\\\d+(\\\\.\\\\d+)?).*"
+      metricThreshold: 80
+      operator: "lteq"
+      metricEvaluationDataPoints: 5
+"""
+    # Four slow batches, then a fast one, again and again: never five in a row.
+    rates = ",".join(["50"] * 4 + ["100"]) * 3 + ",100"
+    proc, logs = run_rules(procs, marker, elasticrun, tmp_path / "ok", rule,
+                           ["--mode", "batches", "--rates", rates, "--batches", "20",
+                            "--seconds", "3"])
+    assert proc.popen.returncode == 0, proc.describe()
+    proc, logs = run_rules(procs, marker, elasticrun, tmp_path / "slow", rule,
+                           ["--mode", "batches", "--rates", "100,100,80", "--seconds", "60"])
+    assert proc.popen.returncode == 1, proc.describe()
+    fault = fault_record(logs)
+    assert fault["reason"] == "LogSlow_LowThroughputDetection"
+
+
+def test_a_checkpoint_rule_with_a_long_first_interval_faults_when_checkpoints_stop(
+    procs, marker, elasticrun, tmp_path
+):
+    # NoS3CheckpointingDetection, scaled: 1800 s for the first, 600 s after.
+    proc, logs = run_rules(procs, marker, elasticrun, tmp_path, """\
+    - name: "NoS3CheckpointingDetection"
+      logPattern: ".*The checkpoint is finalized. All shards is written.*"
+      expectedRecurringFrequencyInSeconds: 1
+      expectedStartCutOffInSeconds: 3
+""", ["--mode", "checkpoints", "--batches", "4", "--seconds", "60"])
+    assert proc.popen.returncode == 1, proc.describe()
+    fault = fault_record(logs)
+    assert fault["reason"] == "LogHang_NoS3CheckpointingDetection"
+    assert "checkpoint is finalized" in fault["message"]
+
+
+def test_a_stream_a_rule_reads_reaches_the_console_exactly_as_without_rules(
+    procs, marker, elasticrun, tmp_path
+):
+    rule = """\
+    - name: "GPU Error"
+      logPattern: ".*out of memory.*"
+      faultOnMatch: true
+"""
+    with_rules, _ = run_rules(procs, marker, elasticrun, tmp_path / "with", rule,
+                              ["--mode", "console", "--rank", "0", "--seconds", "1"])
+    without, _ = run_rules(procs, marker, elasticrun, tmp_path / "without", "    []\n",
+                           ["--mode", "console", "--rank", "0", "--seconds", "1"])
+    assert with_rules.popen.returncode == 0 and without.popen.returncode == 0
+    assert with_rules.stdout() == without.stdout()
+    assert "progress 100%" in with_rules.stdout()
+    assert with_rules.stdout().endswith("no newline at the end")
+    assert "a line on stderr" in with_rules.stderr()
+
+
+def test_a_rule_re2_cannot_compile_is_refused_before_anything_starts(
+    procs, marker, elasticrun, tmp_path
+):
+    proc, logs = run_rules(procs, marker, elasticrun, tmp_path, """\
+    - name: "Lookahead"
+      logPattern: ".*(?=loss).*"
+      faultOnMatch: true
+""", ["--mode", "silent", "--seconds", "60"])
+    assert proc.popen.returncode == 2, proc.describe()
+    assert "job.yaml, line 3: runPolicy.logMonitoringConfiguration" in proc.stderr()
+    assert not logs.exists()

@@ -1,0 +1,22 @@
+#include "agent/monitored_round.hpp"
+
+namespace elasticrun::agent {
+
+void MonitoredRound::attempt_started(AttemptControl& control) {
+  attempt_ = &control;
+  health_.emplace(config_, block_, config_.nproc_per_node, std::chrono::steady_clock::now());
+}
+
+void MonitoredRound::tick(std::chrono::steady_clock::time_point now) {
+  if (!health_ || !attempt_) return;
+  if (auto fault = health_->tick(now, attempt_->workers())) attempt_->report_fault(*fault);
+}
+
+void MonitoredRound::on_log_line(int local_rank, std::string_view line) {
+  if (!health_ || !attempt_) return;
+  if (auto fault = health_->on_line(std::chrono::steady_clock::now(), local_rank, line)) {
+    attempt_->report_fault(*fault);
+  }
+}
+
+}  // namespace elasticrun::agent

@@ -1,0 +1,35 @@
+// The health monitors' part of a round's delegate, shared by the fixed
+// job's rounds (fixed_agent) and the dynamic ones (round): each attempt gets
+// a HealthWatch, ticked every --monitor-interval and fed the output lines
+// the log rules read; its fault goes to the attempt (report_fault).
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+#include "agent/attempt.hpp"
+#include "agent/health_watch.hpp"
+
+namespace elasticrun::agent {
+
+class MonitoredRound : public AttemptDelegate {
+ public:
+  MonitoredRound(const AgentConfig& config, const control::ControlBlock* block)
+      : config_(config), block_(block) {}
+
+  void attempt_started(AttemptControl& control) override;
+  void tick(std::chrono::steady_clock::time_point now) override;
+  void on_log_line(int local_rank, std::string_view line) override;
+
+ protected:
+  // The running attempt; null before it started.
+  AttemptControl* attempt() const { return attempt_; }
+
+ private:
+  const AgentConfig& config_;
+  const control::ControlBlock* block_;
+  AttemptControl* attempt_ = nullptr;
+  std::optional<HealthWatch> health_;
+};
+
+}  // namespace elasticrun::agent
