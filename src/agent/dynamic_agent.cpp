@@ -85,6 +85,11 @@ class DynamicAgent {
         return 0;
       }
       released = false;
+      if (place.full_restart) {
+        log_->warn("round {}: a full-job restart: this node's warm interpreters start afresh",
+                   place.round);
+        if (node_.warm) node_.warm->renew();
+      }
       const Assignment a = start_round(place);
       Round round(config_, rc_, place, node_.control, *courier_, beat_);
       AttemptResult r = run_attempt(config_, node_, a, attempt, round, &round.inbox());

@@ -102,6 +102,28 @@ class FixedRound final : public MonitoredRound {
   int attempt_;
 };
 
+// The restart policy's decision for the failure of attempt `restart`: node
+// 0's in a static job of several nodes, which the others follow. A full-job
+// restart discards what this node keeps across attempts: its warm
+// interpreters.
+health::RestartDecision decide_restart(const AgentConfig& config, const NodeContext& node,
+                                       health::RestartPolicy& policy, StaticRestarts* restarts,
+                                       int restart) {
+  health::RestartDecision d;
+  if (restarts && config.node_rank != 0) {
+    d = restarts->decision(restart);
+  } else {
+    d = policy.on_failure(
+        std::chrono::time_point_cast<std::chrono::milliseconds>(std::chrono::system_clock::now()));
+    if (restarts) restarts->publish_decision(restart, d);
+  }
+  if (d.action == health::RestartAction::kFullJob) {
+    util::logger("agent")->warn("a full-job restart: {}", d.reason);
+    if (node.warm) node.warm->renew();
+  }
+  return d;
+}
+
 }  // namespace
 
 // The static and standalone backends: the node's place is fixed by the
@@ -119,9 +141,15 @@ int run_fixed(const AgentConfig& config, const NodeContext& node) {
   // Several nodes restart together, each attempt on a store of its own
   // (static_restart.hpp says why torchrun's way does not work).
   std::unique_ptr<StaticRestarts> restarts;
-  if (!config.standalone && config.nnodes > 1 && config.max_restarts > 0) {
+  if (!config.standalone && config.nnodes > 1 &&
+      (config.max_restarts > 0 || config.restart_policy)) {
     restarts = std::make_unique<StaticRestarts>(config, job_store_port);
   }
+  // What each failure costs: torchrun's --max-restarts, or the job config's
+  // restart policy (health/restart_policy.hpp).
+  health::RestartPolicy policy(
+      config.restart_policy,
+      config.restart_policy ? config.restart_cap : std::optional<int>(config.max_restarts));
   // Where "localhost" points, looked up once: a restart should not wait on
   // the resolver.
   const std::string standalone_bind = config.standalone ? resolve_numeric("localhost") : "";
@@ -175,14 +203,20 @@ int run_fixed(const AgentConfig& config, const NodeContext& node) {
     }
     // The other nodes must see this node's request before it starts again.
     if (restarts) restarts->flush();
-    if (restart < config.max_restarts) {
-      log->warn("restarting workers ({} of {} restarts used)", restart + 1, config.max_restarts);
+    const health::RestartDecision d = decide_restart(config, node, policy, restarts.get(), restart);
+    if (d.action != health::RestartAction::kFail) {
+      if (!config.restart_policy) {
+        log->warn("restarting workers ({} of {} restarts used)", restart + 1, config.max_restarts);
+      } else {
+        log->warn("restarting workers: {}", d.reason);
+      }
       if (attempt_store) {
         attempt_store->request_stop();
         retired_store = std::move(attempt_store);
       }
       continue;
     }
+    if (config.restart_policy) log->error("no restart: {}", d.reason);
     if (r.outcome == Outcome::kStopped) {
       log->error("the workers were stopped ({}) and no restart is left",
                  r.stop_reason.value_or("no reason given"));

@@ -163,6 +163,8 @@ void plan_dynamic(const cli::LaunchConfig& c, AgentConfig& a) {
   r.exclusion.cooldown = ms(c.health.exclude_cooldown);
   r.straggler.factor = c.health.straggler_factor;
   r.straggler.points = c.health.straggler_points;
+  r.restart_policy = c.health.restart_policy;
+  if (c.health.max_restarts_given) r.restart_cap = c.max_restarts;
 }
 
 // Where the node's place comes from: fixed by the flags (static,

@@ -65,6 +65,32 @@ void StaticRestarts::request_restart(int attempt, const std::string& reason) {
   });
 }
 
+void StaticRestarts::publish_decision(int attempt, const health::RestartDecision& d) {
+  const char* word = d.action == health::RestartAction::kInPlace   ? "in_place"
+                     : d.action == health::RestartAction::kFullJob ? "full"
+                                                                   : "fail";
+  client_.set(attempt_key(attempt, "decision"), std::string(word) + " " + d.reason);
+}
+
+health::RestartDecision StaticRestarts::decision(int attempt) {
+  const std::string key = attempt_key(attempt, "decision");
+  std::string v;
+  try {
+    v = client_.get(key, config_.join_timeout);
+  } catch (const TimeoutError&) {
+    return {health::RestartAction::kFail, "node rank 0 decided nothing about restart " +
+                                              std::to_string(attempt + 1) +
+                                              " within the join timeout"};
+  }
+  const size_t sp = v.find(' ');
+  const std::string word = v.substr(0, sp);
+  const std::string reason = sp == std::string::npos ? "" : v.substr(sp + 1);
+  if (word == "in_place") return {health::RestartAction::kInPlace, reason};
+  if (word == "full") return {health::RestartAction::kFullJob, reason};
+  if (word == "fail") return {health::RestartAction::kFail, reason};
+  throw StoreError("malformed restart decision '" + v + "' under " + key);
+}
+
 StaticRestarts::Watch::Watch(const StaticRestarts& owner, int attempt, Inbox& inbox) {
   // A connection of its own: the agent's main thread uses the owner's meanwhile.
   auto client = std::make_shared<StoreClient>(owner.connect());

@@ -15,6 +15,8 @@
 //   attempt/<k>/master   node 0: the port of attempt k's worker store (k >= 1)
 //   attempt/<k>/restart  the first node whose workers failed in attempt k
 //                        (COMPARE_SET from ""): why
+//   attempt/<k>/decision node 0: the restart policy's decision for that
+//                        failure, "in_place|full|fail <reason>"
 //
 // Attempt 0 uses the job store itself, as torchrun does, so the workers'
 // environment is torchrun's until something fails.
@@ -29,6 +31,7 @@
 #include "agent/attempt.hpp"
 #include "agent/courier.hpp"
 #include "elasticrun/store_client.hpp"
+#include "health/restart_policy.hpp"
 
 namespace elasticrun::agent {
 
@@ -48,6 +51,12 @@ class StaticRestarts {
   void request_restart(int attempt, const std::string& reason);
   // Waits until the requests made so far are written (or failed).
   void flush() { courier_.drain(); }
+
+  // What the restart policy made of attempt's failure. Node 0 decides and
+  // publishes; the others wait for it (up to the join timeout), so that
+  // every node restarts the same way or none does.
+  void publish_decision(int attempt, const health::RestartDecision& d);
+  health::RestartDecision decision(int attempt);
 
   // While one attempt runs: posts the first node's restart request for it
   // to the attempt's inbox, so that this node's workers stop too.

@@ -55,6 +55,12 @@ WarmPool::~WarmPool() {
   for (Interpreter& w : idle_) discard(w);
 }
 
+void WarmPool::renew() {
+  for (Interpreter& w : idle_) discard(w);
+  idle_.clear();
+  refill();
+}
+
 void WarmPool::refill() {
   std::vector<std::vector<int>> missing = slots_;
   for (const Interpreter& w : idle_) {

@@ -75,6 +75,11 @@ class WarmPool {
   // as usual then.
   pid_t activate(const supervisor::SpawnSpec& spec);
 
+  // A full-job restart: the idle interpreters are killed and fresh ones
+  // started, so that nothing an earlier attempt's interpreters held
+  // carries over.
+  void renew();
+
   // Waits until every idle interpreter has finished its imports (or died:
   // it is dropped), at most `timeout`; returns how many are ready. A node
   // joining a running job waits for this first, so that the job does not

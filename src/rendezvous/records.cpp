@@ -115,6 +115,9 @@ std::string stop_posted(uint64_t round) {
 std::string stop_step(uint64_t round) {
   return round_key(round, "stop/step");
 }
+std::string restart_mode(uint64_t round) {
+  return round_key(round, "restart_mode");
+}
 }  // namespace keys
 
 std::string JoinRecord::serialize() const {

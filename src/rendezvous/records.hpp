@@ -36,6 +36,9 @@ inline constexpr const char* kJobFinished = "job/finished";  // JobFinished
 // health::ExclusionState: every node's faults and exclusions (JSON), updated
 // with COMPARE_SET by whoever records a fault, excludes or readmits a node.
 inline constexpr const char* kNodeHealth = "health/nodes";
+// health::RestartState: the restart policy's counts, continued by whichever
+// closer counts the next failure.
+inline constexpr const char* kRestartState = "health/restarts";
 std::string heartbeat(const std::string& node_id);  // HeartbeatRecord
 // "r/<n>/<name>": a key of round n.
 std::string round_key(uint64_t round, const std::string& name);
@@ -65,6 +68,9 @@ std::string stop_max_step(uint64_t round);            // the highest step posted
 std::string stop_max_rate(uint64_t round);            // the fastest step rate posted (millihertz)
 std::string stop_posted(uint64_t round);              // ADD: members that posted
 std::string stop_step(uint64_t round);                // the agreed stop step (decimal)
+// "full" when the restart policy made this round a full-job restart;
+// absent otherwise. Written before `closed`.
+std::string restart_mode(uint64_t round);
 }  // namespace keys
 
 // What an agent writes when it joins (keys::join_record): everything the

@@ -132,6 +132,8 @@ Assignment Rendezvous::join_round(uint64_t round, bool released, bool& spare) {
   a.rank_offset = p.rank_offset;
   a.world_size = p.world_size;
   a.leader_node_id = p.leader_node_id;
+  // Written before `closed` by the closer that counted the failure.
+  a.full_restart = round > 1 && client_.check({keys::restart_mode(round)});
   spare = false;
   return a;
 }
@@ -395,31 +397,58 @@ int Rendezvous::wait_for_survivors(uint64_t round, int target, int survivors, Mi
   return static_cast<int>(lost.size());
 }
 
-// A round that ended because a worker failed costs one of --max-restarts,
-// unless a member of it was lost: then the failure was the lost node's
-// (its peers' collectives broke), a membership change, not a restart.
-// Counted once per round, whoever closes it. Returns the reason the job
-// fails when the restarts are spent.
+// A round that ended because a worker failed costs a restart, unless a
+// member of it was lost: then the failure was the lost node's (its peers'
+// collectives broke), a membership change, not a restart. Counted once per
+// round, whoever closes it: the restart policy (health/restart_policy.hpp;
+// without one, torchrun's --max-restarts) decides a restart in place, a
+// full-job restart (recorded for the agents under keys::restart_mode), or
+// the end of the job, whose reason it returns.
 std::optional<std::string> Rendezvous::account_failure(uint64_t round, int lost) {
   if (round <= 1) return std::nullopt;
   const std::string end_key = keys::end(round - 1);
   if (!client_.check({end_key})) return std::nullopt;
   const EndRecord prev = EndRecord::parse(client_.get(end_key));
   if (prev.kind != EndKind::kRestart) return std::nullopt;
+  auto log = util::logger("rendezvous");
   if (lost > 0) {
-    util::logger("rendezvous")
-        ->info(
-            "round {}: the failure that ended round {} follows the loss of a member: not "
-            "counted against --max-restarts",
-            round, round - 1);
+    log->info(
+        "round {}: the failure that ended round {} follows the loss of a member: not "
+        "counted against the restart limits",
+        round, round - 1);
     return std::nullopt;
   }
   if (client_.compare_set(keys::counted(round), "", config_.node_id) != config_.node_id) {
     return std::nullopt;
   }
-  const int64_t used = client_.add(keys::kFailures, 1);
-  if (used <= config_.max_restarts) return std::nullopt;
-  return prev.reason + "; --max-restarts " + std::to_string(config_.max_restarts) + " spent";
+  health::RestartState state;
+  if (client_.check({keys::kRestartState})) {
+    try {
+      state = health::RestartState::parse(client_.get(keys::kRestartState));
+    } catch (const ConfigError& e) {
+      log->warn("round {}: starting the restart counts again: {}", round, e.what());
+    }
+  }
+  const std::optional<int> cap =
+      config_.restart_policy ? config_.restart_cap : std::optional<int>(config_.max_restarts);
+  health::RestartPolicy policy(config_.restart_policy, cap, state);
+  const health::RestartDecision d = policy.on_failure(
+      std::chrono::time_point_cast<std::chrono::milliseconds>(std::chrono::system_clock::now()));
+  if (d.action == health::RestartAction::kFail) {
+    if (!config_.restart_policy) {
+      return prev.reason + "; --max-restarts " + std::to_string(config_.max_restarts) + " spent";
+    }
+    return prev.reason + "; " + d.reason;
+  }
+  client_.set(keys::kRestartState, policy.state().serialize());
+  client_.add(keys::kFailures, 1);
+  if (d.action == health::RestartAction::kFullJob) {
+    client_.set(keys::restart_mode(round), "full");
+    log->warn("round {}: a full-job restart: {}", round, d.reason);
+  } else if (config_.restart_policy) {
+    log->info("round {}: a restart in place: {}", round, d.reason);
+  }
+  return std::nullopt;
 }
 
 // Spares are counted from their join records, which only this file reads.

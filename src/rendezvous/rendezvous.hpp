@@ -32,6 +32,7 @@
 #include "elastic/policy.hpp"
 #include "elasticrun/store_client.hpp"
 #include "health/exclusion.hpp"
+#include "health/restart_policy.hpp"
 #include "health/straggler.hpp"
 #include "rendezvous/records.hpp"
 
@@ -59,8 +60,14 @@ struct RendezvousConfig {
   // After a member is lost, how long a round waits for replacements before
   // it closes smaller (the policy's --faulty-scale-down-timeout).
   Millis faulty_scale_down_timeout{std::chrono::seconds(30)};
-  // Rounds that end because a worker failed, beyond this many, fail the job.
+  // Rounds that end because a worker failed, beyond this many, fail the job
+  // (torchrun's --max-restarts) when there is no restart policy.
   int max_restarts = 0;
+  // HyperPod's restart policy (health/restart_policy.hpp), and the cap
+  // --max-restarts adds to it when given; the closer of a round after a
+  // failure applies it to the job's counts (keys::kRestartState).
+  std::optional<health::RestartPolicySpec> restart_policy;
+  std::optional<int> restart_cap;
   // Bad nodes (health::ExclusionState in keys::kNodeHealth): when a node's
   // faults exclude it, and for how long; the straggler monitor the leader runs.
   health::ExclusionPolicy exclusion;
@@ -79,6 +86,9 @@ struct Assignment {
   int world_size = 0;   // workers in the job
   // Group rank 0's node id, for followers that watch the leader's heartbeat.
   std::string leader_node_id;
+  // The restart policy made this round a full-job restart: every agent
+  // discards what it keeps across rounds.
+  bool full_restart = false;
 };
 
 class Rendezvous {

@@ -127,8 +127,8 @@ bool update_exclusions(StoreClient& client,
     const std::string next = state.serialize();
     if (client.compare_set(keys::kNodeHealth, old, next) == next) return true;
   }
-  throw StoreError("the job's node health record kept changing under " +
-                   std::to_string(kTries) + " updates");
+  throw StoreError("the job's node health record kept changing under " + std::to_string(kTries) +
+                   " updates");
 }
 
 health::ExclusionState Rendezvous::exclusions() {

@@ -282,3 +282,41 @@ def test_a_rule_re2_cannot_compile_is_refused_before_anything_starts(
     assert proc.popen.returncode == 2, proc.describe()
     assert "job.yaml, line 3: runPolicy.logMonitoringConfiguration" in proc.stderr()
     assert not logs.exists()
+
+
+# --- The restart policy (runPolicy.restartPolicy, jobMaxRetryCount)
+
+
+def test_the_restart_policy_escalates_to_a_full_job_restart_then_fails_the_job(
+    procs, marker, elasticrun, tmp_path
+):
+    config = tmp_path / "job.yaml"
+    config.write_text("""\
+runPolicy:
+  restartPolicy:
+    numRestartBeforeFullJobRestart: 1
+    evalPeriodSeconds: 600
+    maxFullJobRestarts: 1
+""")
+    proc, logs, state = run(procs, marker, elasticrun, tmp_path, ["--config", config],
+                            ["--mode", "crash", "--bad-attempt", "-1", "--at", "2"])
+    assert proc.popen.returncode == 1, proc.describe()
+    err = proc.stderr()
+    # Attempt 0 fails: a restart in place; 1: the in-place restarts are used,
+    # a full-job restart, which starts them again; 2: in place; 3: no
+    # full-job restart left in the window.
+    assert err.count("restarting workers: restart in place 1 of 1") == 2, err
+    assert err.count("a full-job restart:") == 1, err
+    assert "no restart: " in err and "maxFullJobRestarts" in err
+    assert sorted({p.name.rsplit(".", 1)[1] for p in state.glob("pid.*")}) == [
+        "attempt0", "attempt1", "attempt2", "attempt3"]
+
+
+def test_job_max_retry_count_caps_the_restarts(procs, marker, elasticrun, tmp_path):
+    config = tmp_path / "job.yaml"
+    config.write_text("runPolicy:\n  jobMaxRetryCount: 1\n")
+    proc, logs, state = run(procs, marker, elasticrun, tmp_path, ["--config", config],
+                            ["--mode", "crash", "--bad-attempt", "-1", "--at", "2"])
+    assert proc.popen.returncode == 1, proc.describe()
+    assert sorted({p.name.rsplit(".", 1)[1] for p in state.glob("pid.*")}) == [
+        "attempt0", "attempt1"]

@@ -12,10 +12,11 @@ elasticrun.step(); the rank given by --bad-rank (local rank) does, from step
               (every rank, once), then finishes
   allreduce   (with --torch) never enters the step's all_reduce: the other
               ranks block inside it
+  crash       exits 1
   none        nothing: every rank finishes after --steps steps
 
 Only attempt --bad-attempt (TORCHELASTIC_RESTART_COUNT) misbehaves, so a
-restart can succeed. With --torch every step all-reduces a tensor over gloo.
+restart can succeed; -1: every attempt. With --torch every step all-reduces a tensor over gloo.
 Each rank writes its pid to <dir>/pid.rank<R>.attempt<A> when it starts.
 """
 
@@ -44,8 +45,8 @@ args = p.parse_args()
 local_rank = int(os.environ["LOCAL_RANK"])
 attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 Path(args.dir, f"pid.rank{os.environ['RANK']}.attempt{attempt}").write_text(str(os.getpid()))
-bad = attempt == args.bad_attempt and (local_rank == args.bad_rank or args.mode in
-                                       ("startup", "section"))
+bad = args.bad_attempt in (attempt, -1) and (local_rank == args.bad_rank or args.mode in
+                                           ("startup", "section"))
 
 elasticrun.attach()
 if args.torch:
@@ -65,6 +66,8 @@ for step in range(args.steps):
                 time.sleep(1)
         if args.mode == "stop":
             os.kill(os.getpid(), signal.SIGSTOP)
+        if args.mode == "crash":
+            os._exit(1)
         if args.mode == "allreduce":
             while True:
                 time.sleep(1)
