@@ -186,11 +186,9 @@ std::vector<int> parse_replica_list(std::string_view what, std::string_view text
   }
 }
 
-void parse_elastic(LaunchConfig& c, const FlagValues& g) {
+void parse_elastic(LaunchConfig& c, const FlagValues& g, JobConfig file) {
   ElasticOptions& e = c.elastic;
-  JobConfig file;
   if (const auto& r = flag(g, Flag::kConfig)) {
-    file = load_job_config(r->text);
     // Workers may run elsewhere (a --log-dir, a script that changes directory).
     std::error_code ec;
     const auto absolute = std::filesystem::absolute(r->text, ec);

@@ -9,6 +9,7 @@
 // note. Without --nnodes, an unset maximum is the minimum's (or 1).
 #pragma once
 
+#include "cli/job_config.hpp"
 #include "cli/launch_config.hpp"
 #include "cli/tokenize.hpp"
 
@@ -19,7 +20,8 @@ namespace elasticrun::cli {
 // was not given). Call after the other flags are converted and before the
 // rendezvous is derived: a single-node job derives differently. Throws
 // ConfigError naming the flag, or the file, line and key, of a bad value.
-void parse_elastic(LaunchConfig& c, const FlagValues& given);
+// `file`: the job config (--config) as read, or empty.
+void parse_elastic(LaunchConfig& c, const FlagValues& given, JobConfig file);
 
 // "2,4,8": node counts, in any order; empty entries are an error.
 std::vector<int> parse_replica_list(std::string_view what, std::string_view text);

@@ -161,25 +161,33 @@ const std::vector<FlagSpec> kFlags = {
      "Workers that use the SDK: no step for this long after their first is a hang (their "
      "stacks are recorded, then the job restarts as after a failure). auto: 10 x the slowest of "
      "the job's recent steps, at least 30 minutes; a section marked with elasticrun.section() "
-     "is no hang (docs/health.md)."},
+     "is no hang (docs/health.md).",
+     "monitors.hangTimeoutInSeconds"},
     {Flag::kStartupTimeout, "", "--startup-timeout", kValue, kNoEnv, kHealth, "SECONDS", "0",
      "Workers that use the SDK: no first step within this long of their start is a fault; 0: "
-     "no limit."},
+     "no limit.",
+     "monitors.startupTimeoutInSeconds"},
     {Flag::kNonFiniteLoss, "", "--non-finite-loss", kValue, kNoEnv, kHealth, "{on,off}", "on",
-     "A NaN or infinite loss reported through elasticrun.step(loss=...) is a fault."},
+     "A NaN or infinite loss reported through elasticrun.step(loss=...) is a fault.",
+     "monitors.nonFiniteLoss"},
     {Flag::kExcludeAfter, "", "--exclude-after", kValue, kNoEnv, kHealth, "N", "3",
      "Elastic jobs: a node whose workers fail or fault N times within --exclude-window is "
-     "excluded for --exclude-cooldown (a spare replaces it, else the job shrinks); 0: never."},
+     "excluded for --exclude-cooldown (a spare replaces it, else the job shrinks); 0: never.",
+     "monitors.excludeAfterFaults"},
     {Flag::kExcludeWindow, "", "--exclude-window", kValue, kNoEnv, kHealth, "SECONDS", "600",
-     "The window in which a node's faults count towards its exclusion."},
+     "The window in which a node's faults count towards its exclusion.",
+     "monitors.excludeWindowInSeconds"},
     {Flag::kExcludeCooldown, "", "--exclude-cooldown", kValue, kNoEnv, kHealth, "SECONDS", "300",
      "How long an excluded node stays out, twice as long on each repeat (elasticctl readmit "
-     "lets it back at once)."},
+     "lets it back at once).",
+     "monitors.excludeCooldownInSeconds"},
     {Flag::kStragglerFactor, "", "--straggler-factor", kValue, kNoEnv, kHealth, "F", "0",
      "Elastic jobs: a node whose compute time (elasticrun.compute()) stays above F times the "
-     "other nodes' median for --straggler-points samples in a row is excluded; 0: off."},
+     "other nodes' median for --straggler-points samples in a row is excluded; 0: off.",
+     "monitors.stragglerFactor"},
     {Flag::kStragglerPoints, "", "--straggler-points", kValue, kNoEnv, kHealth, "N", "10",
-     "How many samples in a row (one per heartbeat) make a straggler."},
+     "How many samples in a row (one per heartbeat) make a straggler.",
+     "monitors.stragglerDataPoints"},
 };
 
 constexpr size_t kWidth = 100;

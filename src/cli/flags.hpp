@@ -89,6 +89,9 @@ struct FlagSpec {
   std::string_view metavar;
   std::string_view default_text;  // for --help; empty: none shown
   std::string_view help;
+  // The job config key that gives the same setting ("monitors.hangTimeoutInSeconds"),
+  // read as the flag's text when the flag is not given; empty: none.
+  std::string_view config_key = {};
 
   // "nproc_per_node": argparse's dest, which names the PET_ variable.
   std::string dest() const;

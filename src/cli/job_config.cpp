@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "cli/flags.hpp"
 #include "cli/run_policy.hpp"
 #include "cli/yaml_reader.hpp"
 #include "elasticrun/errors.hpp"
@@ -86,18 +87,43 @@ void read_world_size_overrides(const YamlReader& r, const YAML::Node& section_ke
       });
 }
 
+// A section whose keys are flags' config keys (FlagSpec::config_key): each
+// value is a scalar, kept as written for the flag's converter.
+void read_flag_section(const YamlReader& r, const std::string& section, const YAML::Node& k,
+                       const YAML::Node& v, JobConfig& c) {
+  std::vector<std::string> names;
+  for (const auto& f : flag_table()) {
+    if (f.config_key.starts_with(section + ".")) {
+      names.emplace_back(f.config_key.substr(section.size() + 1));
+    }
+  }
+  const std::vector<std::string_view> known(names.begin(), names.end());
+  r.for_each_key(v, k, section, std::span<const std::string_view>(known),
+                 [&](const std::string& key, const YAML::Node& nk, const YAML::Node& nv) {
+                   const std::string path = section + "." + key;
+                   if (!nv.IsScalar()) {
+                     r.fail(nv, nk, path,
+                            "expected a single value, got " + YamlReader::describe(nv));
+                   }
+                   c.flag_settings[path] = FileValue<std::string>{nv.Scalar(), r.origin(nk, path)};
+                 });
+}
+
 }  // namespace
 
 JobConfig parse_job_config(std::string_view yaml, std::string_view file) {
   const YamlReader r(file);
   const YAML::Node doc = r.load(yaml);
   JobConfig c;
-  r.for_each_key(doc, YAML::Node(), "", {"elasticPolicy", "runPolicy", "worldSizeOverrides"},
+  r.for_each_key(doc, YAML::Node(), "",
+                 {"elasticPolicy", "runPolicy", "worldSizeOverrides", "monitors"},
                  [&](const std::string& key, const YAML::Node& k, const YAML::Node& v) {
                    if (key == "elasticPolicy") {
                      read_elastic_policy(r, k, v, c);
                    } else if (key == "runPolicy") {
                      read_run_policy(r, k, v, c);
+                   } else if (key == "monitors") {
+                     read_flag_section(r, key, k, v, c);
                    } else {
                      read_world_size_overrides(r, k, v, c);
                    }

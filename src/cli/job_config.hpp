@@ -55,6 +55,10 @@ struct JobConfig {
   // accepts and ignores, values HyperPod's job spec would refuse, rules that
   // cannot do what they seem to. Each names the file, the line and the key.
   std::vector<std::string> notes;
+  // Settings a flag also gives (FlagSpec::config_key, e.g. the monitors
+  // section): the YAML scalar as written, by key ("monitors.hangTimeoutInSeconds"),
+  // converted as the flag's text would be when the flag is not given.
+  std::map<std::string, FileValue<std::string>> flag_settings;
 };
 
 // Parses YAML text; `file` names it in messages. An empty document is an

@@ -10,6 +10,7 @@
 
 #include "cli/elastic_parse.hpp"
 #include "cli/flags.hpp"
+#include "cli/job_config.hpp"
 #include "cli/tokenize.hpp"
 #include "elasticrun/errors.hpp"
 #include "util/strings.hpp"
@@ -268,8 +269,9 @@ void convert(LaunchConfig& c, Flag id, const Raw& r) {
       c.health.startup_timeout = parse_seconds(r);
       break;
     case Flag::kNonFiniteLoss:
-      check_choice(r, {"on", "off"});
-      c.health.non_finite_loss = t == "on";
+      // "true"/"false" too: the job config's YAML booleans.
+      check_choice(r, {"on", "off", "true", "false"});
+      c.health.non_finite_loss = t == "on" || t == "true";
       break;
     case Flag::kExcludeAfter:
       c.health.exclude_after = parse_int(r.origin, t);
@@ -480,12 +482,27 @@ LaunchConfig parse_launch_args(const std::vector<std::string>& args,
       slot = Raw{it->second, spec.env_name()};
     }
   }
+  // The job config, read once: its flag settings (FlagSpec::config_key) go
+  // where a flag was not given, converted as the flag's text would be.
+  JobConfig file;
+  if (const auto& r = tokens.given[static_cast<size_t>(Flag::kConfig)]) {
+    file = load_job_config(r->text);
+  }
+  FlagValues settings = tokens.given;
+  for (const auto& spec : flag_table()) {
+    auto& slot = settings[static_cast<size_t>(spec.id)];
+    if (slot || spec.config_key.empty()) continue;
+    if (auto it = file.flag_settings.find(std::string(spec.config_key));
+        it != file.flag_settings.end()) {
+      slot = Raw{it->second.value, it->second.origin};
+    }
+  }
   LaunchConfig c;
   for (const auto& spec : flag_table()) {
-    if (const auto& raw = tokens.given[static_cast<size_t>(spec.id)]) convert(c, spec.id, *raw);
+    if (const auto& raw = settings[static_cast<size_t>(spec.id)]) convert(c, spec.id, *raw);
   }
   // Before derive(): the range decides whether a static job is single-node.
-  parse_elastic(c, tokens.given);
+  parse_elastic(c, tokens.given, std::move(file));
   c.training_script = std::move(*tokens.script);
   c.training_script_args = std::move(tokens.script_args);
   derive(c, tokens.given, env, cpu_count, gpu_count);

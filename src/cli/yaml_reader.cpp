@@ -75,6 +75,13 @@ void YamlReader::for_each_key(const YAML::Node& map, const YAML::Node& map_key,
                               const std::string& path,
                               std::initializer_list<std::string_view> known,
                               const KeyFn& fn) const {
+  for_each_key(map, map_key, path, std::span<const std::string_view>(known.begin(), known.size()),
+               fn);
+}
+
+void YamlReader::for_each_key(const YAML::Node& map, const YAML::Node& map_key,
+                              const std::string& path, std::span<const std::string_view> known,
+                              const KeyFn& fn) const {
   if (map.IsNull()) return;  // "elasticPolicy:" with nothing under it
   const std::string name = path.empty() ? "the top level" : path;
   if (!map.IsMap()) fail(map, map_key, name, "expected a mapping, got " + describe(map));

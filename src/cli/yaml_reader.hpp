@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,6 +50,8 @@ class YamlReader {
   // given twice, which yaml-cpp would keep silently.
   void for_each_key(const YAML::Node& map, const YAML::Node& map_key, const std::string& path,
                     std::initializer_list<std::string_view> known, const KeyFn& fn) const;
+  void for_each_key(const YAML::Node& map, const YAML::Node& map_key, const std::string& path,
+                    std::span<const std::string_view> known, const KeyFn& fn) const;
 
   // A number is a plain scalar (or one tagged !!int / !!float): "2" in
   // quotes is a string in YAML, and Kubernetes would refuse it too.
