@@ -82,6 +82,7 @@ __all__ = [
     "saved",
     "compute",
     "section",
+    "process_group_timeout",
     "ControlBlock",
     "ControlBlockError",
     "Event",
@@ -275,6 +276,20 @@ def section(name: str, timeout: Optional[float] = None) -> Iterator[None]:
                 block.set_section(session.local_rank, outer, outer_limit)
             else:
                 block.set_section(session.local_rank, None)
+
+
+def process_group_timeout(default=None):
+    """A datetime.timedelta for init_process_group(timeout=...) that follows
+    the agent's fixed hang limit (--hang-timeout SECONDS): a collective that
+    waits longer raises instead of waiting for the backend's default (gloo:
+    30 minutes, NCCL: 10). `default` (None: the backend's own) when the
+    limit is automatic, off, or there is no agent."""
+    import datetime
+
+    seconds = os.environ.get("ELASTICRUN_HANG_TIMEOUT")
+    if not seconds or not seconds.isdigit():
+        return default
+    return datetime.timedelta(seconds=int(seconds))
 
 
 def signal_received() -> bool:

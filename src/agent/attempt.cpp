@@ -558,6 +558,9 @@ AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, co
   eo.max_restarts = config.max_restarts;
   eo.virtual_local_rank = config.virtual_local_rank;
   eo.stack_signal = stack_signal();
+  if (config.progress.hang.mode == health::HangLimit::Mode::kFixed) {
+    eo.hang_seconds = static_cast<double>(config.progress.hang.fixed.count()) / 1000.0;
+  }
   const fs::path attempt_dir = node.run_dir / ("attempt_" + std::to_string(attempt_index));
   std::vector<supervisor::SpawnSpec> specs;
   std::vector<RankPlan> logs;

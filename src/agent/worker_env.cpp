@@ -1,6 +1,8 @@
 #include "agent/worker_env.hpp"
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
 
 #include "elasticrun/errors.hpp"
 
@@ -77,6 +79,14 @@ std::map<std::string, std::string> worker_env(const std::map<std::string, std::s
   // round all see the same value, and it grows with every scale event.
   if (a.generation > 0) env["ELASTICRUN_GENERATION"] = std::to_string(a.generation);
   env.emplace("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  if (o.hang_seconds) {
+    const auto whole = static_cast<long long>(std::ceil(*o.hang_seconds));
+    env["ELASTICRUN_HANG_TIMEOUT"] = std::to_string(whole);
+    // NCCL's monitor kills a process whose watchdog thread is stuck (an abort
+    // that hangs): never sooner than the agent would have acted, never below
+    // its own floor of a minute.
+    env.emplace("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", std::to_string(std::max(60LL, whole)));
+  }
   if (o.virtual_local_rank) {
     set_virtual_local_rank(env, base, local_rank);
   } else {

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,10 @@ struct WorkerEnvOptions {
   // sends stack_signal (ELASTICRUN_STACK_FILE, ELASTICRUN_STACK_SIGNAL).
   std::vector<std::string> stack_files;
   int stack_signal = 0;
+  // The hang limit, when fixed (--hang-timeout SECONDS): ELASTICRUN_HANG_TIMEOUT
+  // tells the SDK (elasticrun.process_group_timeout()), and NCCL's watchdog
+  // monitor gets TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC no shorter than it, unless set.
+  std::optional<double> hang_seconds;
 };
 
 // The environment of local rank `local_rank`: the agent's own environment

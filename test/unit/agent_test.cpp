@@ -157,6 +157,23 @@ TEST_CASE("TORCH_NCCL_ASYNC_ERROR_HANDLING keeps the agent's value and is 1 othe
                  "TORCH_NCCL_ASYNC_ERROR_HANDLING") == parent);
 }
 
+TEST_CASE("a fixed hang limit reaches the SDK and bounds NCCL's watchdog monitor", "[agent]") {
+  const auto a = second_node_of_two_by_two();
+  auto o = trainer_options();
+  const Env none = ag::worker_env({}, a, o, 0);
+  CHECK_FALSE(none.count("ELASTICRUN_HANG_TIMEOUT"));
+  CHECK_FALSE(none.count("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"));
+  o.hang_seconds = 299.5;
+  const Env env = ag::worker_env({}, a, o, 0);
+  CHECK(value_of(env, "ELASTICRUN_HANG_TIMEOUT") == "300");
+  CHECK(value_of(env, "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC") == "300");
+  o.hang_seconds = 5;
+  CHECK(value_of(ag::worker_env({}, a, o, 0), "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC") == "60");
+  // One the user set is theirs.
+  CHECK(value_of(ag::worker_env({{"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "900"}}, a, o, 0),
+                 "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC") == "900");
+}
+
 TEST_CASE("TORCHELASTIC_USE_AGENT_STORE is spelled as Python's str(bool)", "[agent]") {
   auto a = second_node_of_two_by_two();
   const auto o = trainer_options();
