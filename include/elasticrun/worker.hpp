@@ -21,11 +21,12 @@
 // every rank stops at the same step without a collective per step, and a
 // check is a load from the mapped block: no system call.
 //
-// Under torchrun (no control file) elastic_event_detected() is always
-// false, unless HYPERPOD_SIGNAL_COORDINATION=distributed: then, as with AWS
-// hyperpodrun, it asks the signal coordinator (set_signal_coordinator; the
-// libtorch part installs an all-reduce MAX over a process group) whether any
-// rank received SIGUSR1, and without one returns this rank's own flag.
+// Under torchrun (no control file), and under a fixed elasticrun job
+// (static, standalone: its block publishes no scale events, only the health
+// monitors read it), elastic_event_detected() is always false, unless
+// HYPERPOD_SIGNAL_COORDINATION=distributed: then, as with AWS hyperpodrun, it asks the signal
+// coordinator (set_signal_coordinator; the libtorch part installs an all-reduce MAX over a process
+// group) whether any rank received SIGUSR1, and without one returns this rank's own flag.
 //
 // State is per process, read from the environment on first use
 // (ELASTICRUN_CONTROL_FILE, LOCAL_RANK). Call these functions from one
@@ -51,9 +52,39 @@ namespace elasticrun::sdk {
 bool attach();
 
 // Publishes that this rank finished step n (into the mapped block; no
-// system call). Metrics not given keep the last reported values.
+// system call). Metrics not given keep the last reported values. A loss
+// that is NaN or infinite is flagged for the rest of the attempt: the
+// agent's non-finite-loss monitor acts on it (docs/health.md). The time the
+// last Compute scope took goes with the step.
 void step(int64_t n, std::optional<double> loss = std::nullopt,
           std::optional<double> tokens_per_s = std::nullopt);
+
+// Times its scope (the step's own work, without waiting for peers): the
+// next step() publishes it, and the agents compare it across nodes to find
+// a straggler. On a GPU, end the scope with a synchronisation.
+class Compute {
+ public:
+  Compute();
+  ~Compute();
+  Compute(const Compute&) = delete;
+  Compute& operator=(const Compute&) = delete;
+
+ private:
+  int64_t start_ns_;
+};
+
+// Marks its scope as a long stretch that is not a hang (evaluation, a
+// checkpoint save): the agent's hang monitor expects no step until it
+// ends. With a timeout (seconds), a section that lasts longer is a hang
+// itself; without, it is never one. Mark it on every rank that waits in it.
+// Sections nest; the innermost is the one shown.
+class Section {
+ public:
+  explicit Section(std::string name, std::optional<double> timeout_s = std::nullopt);
+  ~Section();
+  Section(const Section&) = delete;
+  Section& operator=(const Section&) = delete;
+};
 
 // Whether this process received SIGUSR1 since attach(). Async-signal-safe
 // to read from any thread.

@@ -463,8 +463,14 @@ void ControlBlock::write_slot(int local_rank, const SlotView& view) {
   store(s->pid, view.pid);
   store(s->compute_us, view.compute_us);
   store(s->section_limit_s, view.section_limit_s);
+  // Cut at a UTF-8 character boundary, as the Python SDK cuts it.
+  size_t n = std::min(view.section.size(), sizeof(uint64_t));
+  while (n > 0 && n < view.section.size() &&
+         (static_cast<unsigned char>(view.section[n]) & 0xC0) == 0x80) {
+    --n;
+  }
   uint64_t name = 0;
-  std::memcpy(&name, view.section.data(), std::min(view.section.size(), sizeof name));
+  std::memcpy(&name, view.section.data(), n);
   store(s->section_name, name);
   end_write(s->seq, odd);
 }

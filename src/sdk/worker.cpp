@@ -6,14 +6,19 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "control/control_block.hpp"
 #include "sdk/testing.hpp"
@@ -134,11 +139,39 @@ class Session {
     ControlBlock::SlotView view = block_->read_slot(local_rank_);
     view.step = n;
     view.timestamp_ns = ControlBlock::now_realtime_ns();
-    if (loss) view.loss = *loss;
+    if (loss) {
+      view.loss = *loss;
+      // Sticky: the agent samples, and the next finite loss must not hide it.
+      if (!std::isfinite(*loss)) view.flags |= control::kFlagLossNonFinite;
+    }
     if (tokens_per_s) view.tokens_per_s = *tokens_per_s;
+    if (compute_ns) {
+      view.compute_us = static_cast<uint32_t>(
+          std::clamp<int64_t>(*compute_ns / 1000, 1, std::numeric_limits<uint32_t>::max()));
+      compute_ns.reset();
+    }
     view.pid = pid_;
     block_->write_slot(local_rank_, view);
   }
+
+  // The innermost open section into the slot, or none.
+  void write_section() {
+    ControlBlock::SlotView view = block_->read_slot(local_rank_);
+    if (sections.empty()) {
+      view.flags &= ~control::kFlagInSection;
+      view.section.clear();
+      view.section_limit_s = 0;
+    } else {
+      view.flags |= control::kFlagInSection;
+      view.section = sections.back().first;
+      view.section_limit_s = sections.back().second;
+    }
+    view.pid = pid_;
+    block_->write_slot(local_rank_, view);
+  }
+
+  // A fixed job's block (static, standalone) carries no scale events.
+  bool fixed() { return (block_->agent_flags() & control::kAgentFixed) != 0; }
 
   void set_flag(uint32_t flag) {
     ControlBlock::SlotView view = block_->read_slot(local_rank_);
@@ -152,6 +185,8 @@ class Session {
   bool attached = false;
   std::optional<int64_t> last_step;
   std::function<bool(bool)> coordinator;
+  std::optional<int64_t> compute_ns;                       // the last Compute scope's
+  std::vector<std::pair<std::string, uint32_t>> sections;  // open ones, innermost last
 
  private:
   std::optional<std::string> control_file_;
@@ -198,9 +233,42 @@ bool signal_received() {
 }
 
 namespace {
+int64_t monotonic_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+Compute::Compute() : start_ns_(monotonic_ns()) {}
+
+Compute::~Compute() {
+  session().compute_ns = monotonic_ns() - start_ns_;
+}
+
+Section::Section(std::string name, std::optional<double> timeout_s) {
+  Session& s = session();
+  const uint32_t limit =
+      timeout_s ? static_cast<uint32_t>(std::clamp(std::ceil(*timeout_s), 1.0, 4294967295.0)) : 0;
+  s.sections.emplace_back(std::move(name), limit);
+  if (s.block() != nullptr) s.write_section();
+}
+
+Section::~Section() {
+  Session& s = session();
+  if (!s.sections.empty()) s.sections.pop_back();
+  // Destructors never throw; a block that cannot be written now could not
+  // have been opened by the constructor either.
+  try {
+    if (s.block() != nullptr) s.write_section();
+  } catch (const std::exception&) {
+  }
+}
+
+namespace {
 
 bool detected(Session& s, std::optional<int64_t> at) {
-  if (s.block() != nullptr) {
+  if (s.block() != nullptr && !s.fixed()) {
     const ControlBlock::Event& e = s.event();
     if (e.kind == control::EventKind::none || e.stop_step < 0) return false;
     const std::optional<int64_t> current = at ? at : s.last_step;

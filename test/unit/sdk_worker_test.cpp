@@ -120,6 +120,49 @@ TEST_CASE("an attached worker is marked ATTACHED and publishes its steps and met
   CHECK(agent.read_slot(2).step == 42);  // flags keep the step
 }
 
+TEST_CASE("the health monitors' inputs: a sticky non-finite loss, compute times, sections",
+          "[sdk]") {
+  namespace control = elasticrun::control;
+  TempDir dir("sdk-worker");
+  ControlBlock agent = create_block(dir / "control", 1);
+  WorkerEnv env(Vars{{"ELASTICRUN_CONTROL_FILE", dir / "control"}, {"LOCAL_RANK", "0"}});
+  sdk::attach();
+  sdk::step(1, std::nan(""));
+  sdk::step(2, 0.5);  // a finite loss does not hide the NaN before it
+  CHECK((agent.read_slot(0).flags & control::kFlagLossNonFinite) != 0);
+  {
+    sdk::Compute c;
+  }
+  sdk::step(3);
+  CHECK(agent.read_slot(0).compute_us >= 1);
+  {
+    sdk::Section eval("evaluation", 90.2);
+    auto slot = agent.read_slot(0);
+    CHECK((slot.flags & control::kFlagInSection) != 0);
+    CHECK(slot.section == "evaluati");  // cut to the slot's 8 bytes
+    CHECK(slot.section_limit_s == 91);
+    {
+      sdk::Section save("save");
+      CHECK(agent.read_slot(0).section == "save");
+      CHECK(agent.read_slot(0).section_limit_s == 0);
+    }
+    CHECK(agent.read_slot(0).section == "evaluati");
+  }
+  CHECK((agent.read_slot(0).flags & control::kFlagInSection) == 0);
+  CHECK(agent.read_slot(0).step == 3);
+}
+
+TEST_CASE("a fixed job's block carries no scale events for elastic_event_detected", "[sdk]") {
+  TempDir dir("sdk-worker");
+  ControlBlock agent = create_block(dir / "control", 1);
+  agent.set_agent_flags(elasticrun::control::kAgentFixed);
+  WorkerEnv env(Vars{{"ELASTICRUN_CONTROL_FILE", dir / "control"}, {"LOCAL_RANK", "0"}});
+  sdk::attach();
+  agent.publish_event(scale_up(0, 5));
+  sdk::step(10);
+  CHECK_FALSE(sdk::elastic_event_detected());
+}
+
 TEST_CASE("a worker stops once its step reaches the stop step the agent agreed", "[sdk]") {
   TempDir dir("sdk-worker");
   ControlBlock agent = create_block(dir / "control", 2);
