@@ -296,8 +296,10 @@ def train(args, events: EventLog) -> int:
                 loss.backward()
             if args.sample_s:
                 # Compute that scales with the data, before the update: a
-                # process that dies here has not completed this step.
-                time.sleep(args.sample_s * len(indices))
+                # process that dies here has not completed this step. Timed
+                # for the agents' straggler monitor (docs/health.md).
+                with elasticrun.compute():
+                    time.sleep(args.sample_s * len(indices))
             consistent = False  # the update: a failure here leaves no whole step
             opt.step()
             sched.step()
