@@ -47,8 +47,9 @@ every 50 ms (sleep inside elasticrun.compute(), a loss, one HyperPod-style
 log line per step). Monitors on: `--hang-timeout 30 --startup-timeout 300`
 and a job config with the four HyperPod rules of docs/job-config.md and one
 more faultOnMatch rule, so every rank's output passes through the agent.
-Monitors off: `--hang-timeout off --non-finite-loss off --gpu-health off`,
-no config. Once every worker has stepped, the harness reads utime+stime of
+Monitors off: `--hang-timeout off --non-finite-loss off`, no config (this
+build has no GPU monitor: docs/health.md's `--gpu-health` is an unknown
+flag). Once every worker has stepped, the harness reads utime+stime of
 the agent (all its threads) and of its death watch (the agent's forked
 child) from /proc/<pid>/stat at the start and end of a 60 s window.
 
@@ -504,12 +505,18 @@ def agent_cpu(args, root: Path, marker: str, monitors: bool, window: float) -> d
         cfg.write_text(CPU_RULES)
         flags = ["--hang-timeout", "30", "--startup-timeout", "300", "--config", cfg]
     else:
-        flags = ["--hang-timeout", "off", "--non-finite-loss", "off", "--gpu-health", "off"]
+        flags = ["--hang-timeout", "off", "--non-finite-loss", "off"]
     try:
         agent = job.start("agent", [args.elasticrun, "--standalone", "--nproc-per-node", "8",
                                     *flags, SDK_WORKER, job.events_dir, "--mode", "none",
                                     "--print", "--step-s", "0.05"])
-        if not wait_for(lambda: len(job.events("stepped")) >= 8, args.timeout * 3, 0.05):
+        def stepped() -> bool:
+            if agent.poll() is not None:
+                raise BenchError("cpu: the agent exited before its workers stepped\n"
+                                 + job.log("agent"))
+            return len(job.events("stepped")) >= 8
+
+        if not wait_for(stepped, args.timeout * 3, 0.05):
             raise BenchError("cpu: 8 workers did not step\n" + job.log("agent"))
         workers = {e["pid"] for e in job.events("start")}
         exe = os.readlink(f"/proc/{agent.pid}/exe")
@@ -654,9 +661,10 @@ def render(args, res, cpu, torch_res, info, command, started) -> str:
         "`[Epoch 0 Batch N ...]` line per step). On: `--hang-timeout 30 --startup-timeout 300` "
         "and a job config with the four HyperPod rules of docs/job-config.md plus a second "
         "faultOnMatch rule, so every rank's output passes through the agent; the non-finite "
-        "loss monitor at its default (on); GPU health skipped (no driver here). Off: "
-        "`--hang-timeout off --non-finite-loss off --gpu-health off`, no config: the workers "
-        f"write to the agent's stdout directly. Once all 8 workers had stepped, utime+stime "
+        "loss monitor at its default (on). Off: `--hang-timeout off --non-finite-loss off`, "
+        "no config: the workers write to the agent's stdout directly. Neither runs a GPU "
+        "monitor: docs/health.md documents `--gpu-health`, which this build does not know. "
+        "Once all 8 workers had stepped, utime+stime "
         f"of the agent (all threads) and of its death watch (its forked child) from "
         f"/proc/<pid>/stat over {window:.0f} s, one window each, at {CLK_TCK} ticks per second.",
         "The machine is shared and has 2 CPUs for 8 workers and the agent: the figures are "
@@ -728,7 +736,8 @@ def main(argv) -> int:
                     print(f"run {i + 1}/{args.runs} survivor  "
                           + (f"{r['total']:6.2f} s" if r["total"] is not None else "not released")
                           + f"  stacks {'ok' if r['ok'] else 'MISSING'} ({r['how']})"
-                          f"  error {r.get('error', '')!r}", flush=True)
+                          f"  rc {r.get('rc')}  error {r.get('error', '')!r}"
+                          + (f"  LEFT: {r['leftover']}" if r["leftover"] else ""), flush=True)
             if want("torchrun"):
                 torch_res = torchrun_hang(args, root, marker)
                 print("torchrun hang: " + (f"stopped after {torch_res['total']:.1f} s"

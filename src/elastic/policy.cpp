@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "elasticrun/errors.hpp"
+#include "util/state_line.hpp"
 #include "util/strings.hpp"
 
 namespace elasticrun::elastic {
@@ -73,21 +74,10 @@ Decision make(Action a, int target, std::string reason) {
   throw ConfigError("policy state " + util::quote(text) + ": " + why);
 }
 
-// Canonical decimal only (no sign unless allowed, no leading zeros, no "-0"),
-// so every accepted text is exactly what serialize() writes.
 int64_t parse_number(const std::string& text, std::string_view v, bool allow_negative) {
-  std::string_view digits = v;
-  if (allow_negative && !digits.empty() && digits.front() == '-') digits.remove_prefix(1);
-  const bool canonical =
-      !digits.empty() && (digits.size() == 1 || digits.front() != '0') &&
-      std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) &&
-      !(digits.size() < v.size() && digits == "0");
-  int64_t n = 0;
-  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-  if (!canonical || ec != std::errc() || end != v.data() + v.size()) {
-    bad_state(text, "bad number " + util::quote(v));
-  }
-  return n;
+  const auto n = util::canonical_decimal(v, allow_negative);
+  if (!n) bad_state(text, "bad number " + util::quote(v));
+  return *n;
 }
 
 }  // namespace
@@ -352,32 +342,14 @@ PolicyState PolicyState::parse(const std::string& text) {
   // bytes is not ours.
   constexpr size_t kMaxText = 128;
   if (text.size() > kMaxText) bad_state(text, "longer than " + std::to_string(kMaxText) + " bytes");
-  std::string_view rest = text;
-  auto next_field = [&rest]() {
-    const size_t semi = rest.find(';');
-    std::string_view field = rest.substr(0, semi);
-    rest = semi == std::string_view::npos ? std::string_view() : rest.substr(semi + 1);
-    return field;
-  };
-  if (next_field() != "v1") bad_state(text, "not a v1 policy state");
-
   static constexpr std::string_view kKeys[] = {"last", "lvl", "cap", "ws"};
+  auto fields = util::split_state_line(text, "v1", kKeys);
+  if (!fields)
+    bad_state(text, fields.status().context() == "not a v1 state" ? "not a v1 policy state"
+                                                                  : fields.status().context());
   PolicyState s;
-  size_t next_key = 0;  // keys come in kKeys order, each at most once
   bool have_level = false;
-  while (!rest.empty()) {
-    const std::string_view field = next_field();
-    const size_t eq = field.find('=');
-    if (eq == std::string_view::npos)
-      bad_state(text, "field " + util::quote(field) + " has no '='");
-    const std::string_view key = field.substr(0, eq);
-    const std::string_view value = field.substr(eq + 1);
-    size_t k = next_key;
-    while (k < std::size(kKeys) && kKeys[k] != key) ++k;
-    if (k == std::size(kKeys)) {
-      bad_state(text, "unknown, repeated or misplaced key " + util::quote(key));
-    }
-    next_key = k + 1;
+  for (const auto& [key, value] : fields.value()) {
     if (key == "last") {
       s.last_event = TimeMs(parse_number(text, value, true));
     } else if (key == "ws") {
@@ -394,8 +366,6 @@ PolicyState PolicyState::parse(const std::string& text) {
       }
     }
   }
-  // "v1;" and "v1;lvl=0;" leave an empty last field.
-  if (!text.empty() && text.back() == ';') bad_state(text, "trailing ';'");
   if (!have_level) bad_state(text, "no backoff level");
   return s;
 }

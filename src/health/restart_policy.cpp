@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "elasticrun/errors.hpp"
+#include "util/state_line.hpp"
 #include "util/strings.hpp"
 
 namespace elasticrun::health {
@@ -31,19 +32,11 @@ std::string of(int n, const std::optional<int>& limit) {
   throw ConfigError("restart state " + util::quote(text) + ": " + why);
 }
 
-// Canonical non-negative decimal only, so every accepted text is exactly
-// what serialize() writes.
 int64_t parse_number(const std::string& text, std::string_view v, int64_t max) {
-  const bool canonical =
-      !v.empty() && (v.size() == 1 || v.front() != '0') &&
-      std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
-  int64_t n = 0;
-  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-  if (!canonical || ec != std::errc() || end != v.data() + v.size()) {
-    bad_state(text, "bad number " + util::quote(v));
-  }
-  if (n > max) bad_state(text, "number out of range " + util::quote(v));
-  return n;
+  const auto n = util::canonical_decimal(v);
+  if (!n) bad_state(text, "bad number " + util::quote(v));
+  if (*n > max) bad_state(text, "number out of range " + util::quote(v));
+  return *n;
 }
 
 }  // namespace
@@ -171,47 +164,31 @@ RestartState RestartState::parse(const std::string& text) {
   // bytes is not ours.
   constexpr size_t kMaxText = 128;
   if (text.size() > kMaxText) bad_state(text, "longer than " + std::to_string(kMaxText) + " bytes");
-  std::string_view rest = text;
-  auto next_field = [&rest]() {
-    const size_t semi = rest.find(';');
-    std::string_view field = rest.substr(0, semi);
-    rest = semi == std::string_view::npos ? std::string_view() : rest.substr(semi + 1);
-    return field;
-  };
-  if (next_field() != "v1") bad_state(text, "not a v1 restart state");
-
   static constexpr std::string_view kKeys[] = {"win", "inplace", "full", "total"};
+  auto fields = util::split_state_line(text, "v1", kKeys);
+  if (!fields)
+    bad_state(text, fields.status().context() == "not a v1 state" ? "not a v1 restart state"
+                                                                  : fields.status().context());
   constexpr int64_t kMaxCount = std::numeric_limits<int>::max();
   RestartState s;
-  size_t next_key = 0;  // keys come in kKeys order, each once; only the window may be left out
-  while (!rest.empty()) {
-    const std::string_view field = next_field();
-    const size_t eq = field.find('=');
-    if (eq == std::string_view::npos) {
-      bad_state(text, "field " + util::quote(field) + " has no '='");
-    }
-    const std::string_view key = field.substr(0, eq);
-    const std::string_view value = field.substr(eq + 1);
-    if (next_key == 0 && key != kKeys[0]) next_key = 1;
-    if (next_key == std::size(kKeys) || key != kKeys[next_key]) {
-      bad_state(text, "unknown, repeated or misplaced key " + util::quote(key));
-    }
-    ++next_key;
+  // Only the window may be left out: the counts come one after another.
+  size_t next = 0;
+  for (const auto& [key, value] : fields.value()) {
     if (key == "win") {
       s.window_start = WallTime(Millis(
           parse_number(text, value, std::numeric_limits<int64_t>::max() - kLongestWindowMs)));
-    } else if (key == "inplace") {
-      s.in_place = static_cast<int>(parse_number(text, value, kMaxCount));
-    } else if (key == "full") {
-      s.full_job = static_cast<int>(parse_number(text, value, kMaxCount));
-    } else {
-      s.total = static_cast<int>(parse_number(text, value, kMaxCount));
+      next = 1;
+      continue;
     }
+    next = std::max<size_t>(next, 1);
+    if (key != kKeys[next])
+      bad_state(text, "unknown, repeated or misplaced key " + util::quote(key));
+    ++next;
+    const int n = static_cast<int>(parse_number(text, value, kMaxCount));
+    (key == "inplace" ? s.in_place : key == "full" ? s.full_job : s.total) = n;
   }
-  // "v1;" and "...;total=0;" leave an empty last field.
-  if (!text.empty() && text.back() == ';') bad_state(text, "trailing ';'");
-  if (next_key < std::size(kKeys)) {
-    bad_state(text, "no " + std::string(kKeys[std::max<size_t>(next_key, 1)]));
+  if (next < std::size(kKeys)) {
+    bad_state(text, "no " + std::string(kKeys[std::max<size_t>(next, 1)]));
   }
   if (static_cast<int64_t>(s.in_place) + s.full_job > s.total) {
     bad_state(text, "more restarts in the window than in total");
