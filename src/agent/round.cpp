@@ -243,13 +243,19 @@ void Round::publish_failure(const std::string& reason) {
   control_->publish_event(ev);
 }
 
-void Round::on_fault(const health::Fault& fault) {
+// A failure of this node's: every member expected back, as it was.
+EndRecord Round::restart_record(std::string reason) const {
   EndRecord rec;
   rec.kind = EndKind::kRestart;
   rec.target = place_.group_world_size;
   rec.survivors = place_.group_world_size;
   rec.wait = rc_.rejoin_timeout;
-  rec.reason = "a health fault on " + rc_.host + ": " + fault.describe();
+  rec.reason = std::move(reason);
+  return rec;
+}
+
+void Round::on_fault(const health::Fault& fault) {
+  const EndRecord rec = restart_record("a health fault on " + rc_.host + ": " + fault.describe());
   publish_failure(rec.reason);
   // A GPU error is the machine's, not the job's: the node goes at once.
   end_round(rec, rec.reason + "; ending the round", fault.describe(),
@@ -257,12 +263,7 @@ void Round::on_fault(const health::Fault& fault) {
 }
 
 void Round::fail(const std::string& what) {
-  EndRecord rec;
-  rec.kind = EndKind::kRestart;
-  rec.target = place_.group_world_size;
-  rec.survivors = place_.group_world_size;
-  rec.wait = rc_.rejoin_timeout;
-  rec.reason = "a worker on " + rc_.host + " failed (" + what + ")";
+  const EndRecord rec = restart_record("a worker on " + rc_.host + " failed (" + what + ")");
   publish_failure(rec.reason);
   end_round(rec, rec.reason + "; ending the round", what);
 }

@@ -71,6 +71,7 @@ class Round final : public MonitoredRound, public rendezvous::RoundListener {
   void end_round(rendezvous::EndRecord record, std::string log_line, std::string blame = {},
                  bool exclude_now = false);
   void publish_failure(const std::string& reason);
+  rendezvous::EndRecord restart_record(std::string reason) const;
 
   const AgentConfig& config_;
   const rendezvous::RendezvousConfig& rc_;
