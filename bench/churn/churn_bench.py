@@ -29,6 +29,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import signal
 import subprocess
 import sys
@@ -155,6 +156,7 @@ class Run:
             argv = [a.elasticrun, *common, *ELASTICRUN_FLAGS]
             if a.warm_start:
                 argv.append("--warm-start")
+            argv += shlex.split(getattr(a, "elasticrun_args", "") or "")
         else:
             argv = [a.torchrun, *common, *TORCHRUN_FLAGS]
         argv += [str(TRAIN), "--ckpt", str(self.dir / "ckpt"), "--steps", str(self.steps),
@@ -694,6 +696,8 @@ def command_line(args) -> str:
         cmd.append("--sync-save")
     if getattr(args, "runs", 1) > 1:
         cmd.append(f"--runs {args.runs}")
+    if getattr(args, "elasticrun_args", ""):
+        cmd.append(f"--elasticrun-args {shlex.quote(args.elasticrun_args)}")
     return " ".join(cmd)
 
 
@@ -709,6 +713,9 @@ def main() -> int:
     ap.add_argument("--no-fixed", action="store_true", help="skip the fixed-size elasticrun run")
     ap.add_argument("--warm-start", action="store_true",
                     help="run elasticrun with --warm-start (docs/warm-start.md)")
+    ap.add_argument("--elasticrun-args", default="",
+                    help="more flags for every elasticrun agent, one string (e.g. the health "
+                         "monitors': \"--hang-timeout 30 --config job.yaml\")")
     ap.add_argument("--sample-s", type=float, default=0.006, help="compute stand-in per local sample")
     ap.add_argument("--save-every", type=int, default=50, help="periodic checkpoint interval, steps")
     ap.add_argument("--sync-save", action="store_true",
