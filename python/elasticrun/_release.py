@@ -90,12 +90,12 @@ def shutdown_peer_sockets(store_port: Optional[int]) -> int:
     return done
 
 
-def release_collectives(reason: str) -> str:
+def release_collectives(reason: str) -> Optional[str]:
     """Makes every blocked collective of this process raise; returns what
-    was done (for the log line)."""
+    was done (for the log line), None when there was no process group."""
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
-        return "no process group"
+        return None
     backend = str(dist.get_backend())
     done = []
     if "nccl" in backend:
@@ -138,6 +138,7 @@ class Releaser(threading.Thread):
                 return
             if event.kind in FAILURE_KINDS and event.stop_step < 0:
                 what = release_collectives(event.reason)
-                print(f"elasticrun: rank {self._rank}: the round ended ({event.reason}); {what}",
-                      file=sys.stderr, flush=True)
+                if what is not None:
+                    print(f"elasticrun: rank {self._rank}: the round ended ({event.reason}); "
+                          f"{what}", file=sys.stderr, flush=True)
                 return

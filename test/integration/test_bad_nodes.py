@@ -148,3 +148,33 @@ def test_a_straggler_is_excluded_and_a_spare_takes_its_place(
     [excluded] = status(elasticctl, store)["excluded"]
     assert excluded["host"] == "127.0.0.3" and excluded["reason"].startswith("straggler:")
     finish(job, marker)
+
+
+def test_in_an_elastic_job_the_restart_policy_escalates_across_nodes_and_then_fails_the_job(
+        procs, marker, elasticrun, elasticctl, tmp_path, store):  # noqa: F811
+    # Agent 2's worker crashes in every round; the closer of each next round
+    # applies the job config's policy to the counts it keeps in the store:
+    # in place, full-job restart, in place, then no full-job restart left.
+    ev = tmp_path / "ev"
+    ev.mkdir()
+    config = tmp_path / "job.yaml"
+    config.write_text("runPolicy:\n  restartPolicy:\n    numRestartBeforeFullJobRestart: 1\n"
+                      "    evalPeriodSeconds: 600\n    maxFullJobRestarts: 1\n")
+    job = Job(procs, marker, elasticrun, tmp_path, "2:2", f"127.0.0.1:{store}", run_id=RUN_ID,
+              worker=WORKER, worker_args=[ev, "--crashes", "100", "--steps", "200"],
+              extra=["--config", config, "--exclude-after", "0"])
+    for n in (1, 2):
+        job.start_agent(n)
+    (ev / "bad").write_text(f"{job.agents[2].pid}\n")
+    for n in (1, 2):
+        assert job.agents[n].wait(GEN_TIMEOUT_S * 2) == 1, job.agents[n].describe()
+    crashes = [e for e in events(ev) if e["event"] == "crash"]
+    assert len(crashes) == 4, crashes
+    logs = job.agents[1].stderr() + job.agents[2].stderr()
+    assert logs.count("a restart in place:") == 2, logs
+    # The closer's decision once, and every agent discarding its state.
+    assert logs.count("a full-job restart: this node's warm interpreters start afresh") == 2, logs
+    assert logs.count("a full-job restart:") == 3, logs
+    assert "maxFullJobRestarts" in logs
+    left = wait_marked_gone(marker)
+    assert not left, "processes of the job left behind:\n  " + "\n  ".join(left)
