@@ -569,7 +569,7 @@ def render(args, res, cpu, torch_res, info, command, started) -> str:
           command, "```", ""]
     L.append(f"- Machine: {info['nproc']} CPUs ({info['cpu']}), {platform.platform()}; load average "
              f"{info['load_start']} at start, {info['load_end']} at end")
-    L.append(f"- PyTorch {info['torch']}; py-spy {info['pyspy']}")
+    L.append(f"- Binaries: {info['built']}; PyTorch {info['torch']}; py-spy {info['pyspy']}")
     L.append("")
     L.append("## Detection latency: from the fault to every worker of the job stopped, stacks recorded")
     L.append("")
@@ -731,6 +731,11 @@ def main(argv) -> int:
                            capture_output=True).stdout.split()[-1:] or ["?"]
     info = {"nproc": os.cpu_count(), "cpu": cpu_model(), "source": source_state(),
             "load_start": " / ".join(f"{x:.2f}" for x in os.getloadavg()), "pyspy": pyspy[0]}
+    # HEAD can move while a build or a run goes on: the binary's own time
+    # says which commits it can hold.
+    built = datetime.datetime.fromtimestamp(os.stat(args.elasticrun).st_mtime,
+                                            datetime.timezone.utc)
+    info["built"] = f"`{os.path.relpath(args.elasticrun, ROOT)}` linked {built:%Y-%m-%d %H:%M} UTC"
     started = datetime.datetime.now(datetime.timezone.utc)
     marker = uuid.uuid4().hex
     res: dict[str, list[dict]] = {}

@@ -22,10 +22,13 @@ using supervisor::WorkerExit;
 // --warm-start: how long after its workers start an attempt begins warming
 // the next restart's interpreters.
 constexpr uint64_t kWarmRefillDelayMs = 3000;
-// After a fault: how long py-spy may take for all workers together, and how
-// long a worker's faulthandler gets to write before the worker is signalled.
+// After a fault: how long py-spy may take for all workers together, how
+// long the workers' faulthandlers get to write their dumps before the
+// workers are signalled (they take about a millisecond), and how often the
+// agent looks whether they are done.
 constexpr std::chrono::milliseconds kStackBudget{3000};
-constexpr uint64_t kStackGraceMs = 300;
+constexpr std::chrono::milliseconds kStackGrace{300};
+constexpr uint64_t kStackPollMs = 5;
 
 // Where one worker's stdout or stderr goes (torchrun's DefaultLogsSpecs).
 struct StreamPlan {
@@ -376,16 +379,22 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     }
     write_fault_record(attempt_dir_ / "fault.json", fault, rank_offset_, stacks_, stack_files_);
     delegate_.on_fault(fault);
-    // The workers' faulthandlers write within a millisecond; a moment more,
-    // then they stop as after a failure.
+    // Once the workers' faulthandlers have written (or the grace passed),
+    // they stop as after a failure.
+    stack_deadline_ = std::chrono::steady_clock::now() + kStackGrace;
+    stack_sizes_.clear();
     uv_timer_start(
         &fault_timer_,
         [](uv_timer_t* t) {
           auto* self = static_cast<Attempt*>(t->data);
+          const bool written =
+              faulthandler_dumps_written(self->stacks_, self->stack_files_, self->stack_sizes_);
+          if (!written && std::chrono::steady_clock::now() < self->stack_deadline_) return;
+          uv_timer_stop(t);
           if (!self->stopping_)
             self->stop_after_failure(Outcome::kFailed, self->config_.shutdown_timeout);
         },
-        kStackGraceMs, 0);
+        kStackPollMs, kStackPollMs);
   }
 
   void request_stop(const std::string& reason) override {
@@ -501,6 +510,8 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
   uv_timer_t fault_timer_{};    // from a fault's stacks to the workers' stop
   std::optional<health::Fault> fault_;
   std::vector<StackResult> stacks_;
+  std::vector<int64_t> stack_sizes_;  // the stacks files' sizes at the last look
+  std::chrono::steady_clock::time_point stack_deadline_;
   std::vector<int> rescuers_;  // local ranks given the rescue window
   std::vector<std::unique_ptr<uv_signal_t>> forwarded_;
   bool stopping_ = false;

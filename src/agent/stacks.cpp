@@ -47,7 +47,29 @@ void append_header(const StackTarget& t, const char* how) {
       << ") at " << now_text() << ", by " << how << " ===\n";
 }
 
+int64_t file_size(const std::string& path) {
+  std::error_code ec;
+  const auto n = std::filesystem::file_size(path, ec);
+  return ec ? -1 : static_cast<int64_t>(n);
+}
+
 }  // namespace
+
+bool faulthandler_dumps_written(const std::vector<StackResult>& results,
+                                const std::vector<std::string>& files,
+                                std::vector<int64_t>& last_sizes) {
+  bool all = true;
+  last_sizes.resize(results.size(), -1);
+  for (size_t i = 0; i < results.size(); ++i) {
+    const StackResult& r = results[i];
+    if (r.how != "faulthandler") continue;
+    const auto lr = static_cast<size_t>(r.local_rank);
+    const int64_t now = lr < files.size() ? file_size(files[lr]) : -1;
+    all = all && now > r.size_before && now == last_sizes[i];
+    last_sizes[i] = now;
+  }
+  return all;
+}
 
 int stack_signal() {
   return SIGRTMIN + 4;
@@ -79,6 +101,7 @@ std::vector<StackResult> capture_stacks(const std::vector<StackTarget>& targets,
     // the job run on for a moment: py-spy reads it as it is, or nothing does.
     if (t.registered && !r.stopped) {
       append_header(t, "faulthandler");
+      r.size_before = file_size(t.file);
       ::kill(t.pid, stack_signal());
       r.how = "faulthandler";
     } else if (!py_spy.empty()) {

@@ -37,6 +37,9 @@ struct StackResult {
   pid_t pid = 0;
   bool stopped = false;  // it was stopped (state T) when the fault was found
   std::string how;       // "faulthandler", "py-spy", or why there is none
+  // faulthandler: the stacks file's size when the signal went out; the
+  // dump is in once the file grew past it and stopped growing.
+  int64_t size_before = -1;
 };
 
 // Asks for every target's stacks and returns within `budget` (py-spy runs
@@ -46,6 +49,13 @@ struct StackResult {
 // attempt is being torn down and this is its last look.
 std::vector<StackResult> capture_stacks(const std::vector<StackTarget>& targets,
                                         const std::string& path, std::chrono::milliseconds budget);
+
+// Whether every faulthandler dump of `results` is written: each file grew
+// past its size_before, and is the size `last_sizes` saw a moment ago (the
+// handler writes thread by thread). Updates last_sizes.
+bool faulthandler_dumps_written(const std::vector<StackResult>& results,
+                                const std::vector<std::string>& files,
+                                std::vector<int64_t>& last_sizes);
 
 // Whether a process is stopped (its state in /proc/<pid>/stat is T or t).
 bool process_stopped(pid_t pid);
