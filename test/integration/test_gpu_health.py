@@ -194,26 +194,32 @@ def test_without_nvml_or_a_gpu_one_line_says_gpu_health_is_skipped_and_the_job_r
 
 def test_an_xid_on_one_node_ends_the_round_for_every_node_and_the_job_goes_on(
         procs, marker, elasticrun, fake_nvml, tmp_path, store):  # noqa: F811
-    """Two agents of a dynamic job, one gloo worker each, on the same fake
-    GPUs: in the first round rank 1 never enters the step's all_reduce
-    (and no hang limit would find it), so rank 0 blocks in it. The XID is
-    a fault on the agents that read it; the round ends, rank 0 is
-    released, and the next round trains to the end."""
+    """Two agents of a dynamic job, one gloo worker each; agent 1's worker
+    sees GPU 0 of the fake tree, agent 2's GPU 1. In the first round rank 1
+    never enters the step's all_reduce (and no hang limit would find it),
+    so rank 0 blocks in it. An XID on GPU 1 is agent 2's fault alone: the
+    round ends for both, rank 0 is released, agent 2 is excluded at once
+    (the machine's error, not the job's) but admitted again, there being
+    no one else, and the next round trains to the end."""
     gpus = FakeGpus(tmp_path)
     events = tmp_path / "events"
     job = Job(procs, marker, elasticrun, tmp_path, "2:2", f"127.0.0.1:{store}",
               worker=SURVIVOR_WORKER, env=gpus.env(fake_nvml),
+              exec_prefix=lambda n: ["env", f"CUDA_VISIBLE_DEVICES={n - 1}"],
               worker_args=[events, "--mode", "absent", "--at", "10", "--steps", "40"],
               extra=["--hang-timeout", "off", "--max-restarts", "1"])
     job.start_agent(1)
     job.start_agent(2)
+    for n, gpu in ((1, GPU0), (2, GPU1)):
+        wait_for(lambda: f"GPU health: watching GPU {gpu} (CUDA 0) through NVML"
+                 in job.agents[n].stderr(), f"agent {n} to watch {gpu}", proc=job.agents[n])
 
     def misbehaving():
         path = events / "events.jsonl"
         return path.exists() and '"misbehave"' in path.read_text()
 
     wait_for(misbehaving, "rank 1 to stay out of the all_reduce", timeout=GEN_TIMEOUT_S)
-    gpus.raise_xid(GPU0, 48)
+    gpus.raise_xid(GPU1, 48)
     for n in (1, 2):
         assert job.agents[n].wait(GEN_TIMEOUT_S * 2) == 0, job.agents[n].describe()
     left = wait_marked_gone(marker)
@@ -223,8 +229,8 @@ def test_an_xid_on_one_node_ends_the_round_for_every_node_and_the_job_goes_on(
     [released] = [r for r in recs if r["event"] == "released" and r["rank"] == 0]
     assert released["gen"] == 1, released
     assert {r["rank"] for r in recs if r["event"] == "finish" and r["gen"] > 1} == {0, 1}
-    faults = [json.loads(p.read_text())
-              for p in (tmp_path / "tmp").glob("torchelastic_*/*/attempt_0/fault.json")]
-    assert faults, "no agent recorded the fault"
-    for f in faults:
-        assert f["kind"] == "gpu" and f"GPU {GPU0} (CUDA 0) reported XID 48" in f["message"], f
+    [fault] = [json.loads(p.read_text())
+               for p in (tmp_path / "tmp").glob("torchelastic_*/*/attempt_0/fault.json")]
+    assert fault["kind"] == "gpu", fault
+    assert f"GPU {GPU1} (CUDA 0) reported XID 48" in fault["message"], fault
+    assert "is excluded from the job" in job.agents[2].stderr(), job.agents[2].describe()

@@ -135,7 +135,7 @@ TEST_CASE("the watch judges what its thread reads when the loop polls", "[gpu]")
   CHECK_FALSE(watch.poll());
 }
 
-TEST_CASE("the watch's notes are logged once, and an XID read before an attempt is one", "[gpu]") {
+TEST_CASE("the watch logs its notes, and an XID read before the attempt is one of them", "[gpu]") {
   CapturedLog log;
   auto script = std::make_shared<ScriptedGpus::Script>();
   health::GpuSnapshot first = healthy_now();
