@@ -103,6 +103,9 @@ int run_agent(const AgentConfig& config) {
   node.base = current_environment();
   for (const auto& [name, value] : config.worker_env) node.base[name] = value;
   node.cpu_sets = std::move(cpu_sets);
+  // The GPUs the workers see, read through NVML for the agent's life.
+  const std::unique_ptr<GpuWatch> gpu = start_gpu_watch(config.gpu_health, node.base);
+  node.gpu = gpu.get();
   if (config.nproc_per_node > 1 && !node.base.count("OMP_NUM_THREADS")) {
     log->warn(
         "setting OMP_NUM_THREADS=1 for each worker to avoid overloading the system; "

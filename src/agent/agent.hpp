@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/gpu_watch.hpp"
 #include "agent/numa_binding.hpp"
 #include "agent/warm_start.hpp"
 #include "elastic/policy.hpp"
@@ -109,6 +110,8 @@ struct AgentConfig {
   // alone; restart_cap is --max-restarts when it was given.
   std::optional<health::RestartPolicySpec> restart_policy;
   std::optional<int> restart_cap;
+  // --gpu-health: the driver's error reports of the workers' GPUs.
+  GpuHealthConfig gpu_health;
   // One-line notes printed once before the workers start.
   std::vector<std::string> notes;
   // Set in every worker's (and hook's) environment on top of the agent's own.

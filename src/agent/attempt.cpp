@@ -355,6 +355,11 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
   const supervisor::WorkerGroup& workers() const override { return group_; }
 
   void report_fault(const health::Fault& fault) override {
+    if (stopping_ && !done_ && !fault_) {
+      // Too late to be why the workers stop, but often why they failed: a
+      // GPU's XID kills its workers before the next GPU reading sees it.
+      log_->warn("health: {} (found after the workers were told to stop)", fault.describe());
+    }
     if (stopping_ || done_ || fault_) return;
     fault_ = fault;
     log_->error("health: {}", fault.describe());

@@ -137,6 +137,8 @@ struct NodeContext {
   // The control block shared with the workers (ELASTICRUN_CONTROL_FILE in
   // base), or null when none could be made.
   control::ControlBlock* control = nullptr;
+  // GPU health (--gpu-health), or null where it is off or skipped.
+  GpuWatch* gpu = nullptr;
 };
 
 struct AttemptResult {

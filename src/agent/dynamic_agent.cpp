@@ -91,7 +91,7 @@ class DynamicAgent {
         if (node_.warm) node_.warm->renew();
       }
       const Assignment a = start_round(place);
-      Round round(config_, rc_, place, node_.control, *courier_, beat_);
+      Round round(config_, rc_, place, node_.control, *courier_, beat_, node_.gpu);
       AttemptResult r = run_attempt(config_, node_, a, attempt, round, &round.inbox());
       // What the attempt asked the courier to write (a failure's end
       // record) is in the store before this node looks at the round's end.

@@ -56,7 +56,7 @@ class FixedRound final : public MonitoredRound {
  public:
   FixedRound(const AgentConfig& config, const NodeContext& node, StaticRestarts* restarts,
              int attempt)
-      : MonitoredRound(config, node.control),
+      : MonitoredRound(config, node.control, node.gpu),
         config_(config),
         node_(node),
         restarts_(restarts),

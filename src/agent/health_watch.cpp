@@ -7,8 +7,9 @@ bool rules_read_output(const AgentConfig& config, int lr) {
 }
 
 HealthWatch::HealthWatch(const AgentConfig& config, const control::ControlBlock* block,
-                         int local_ranks, health::Clock::time_point start)
+                         int local_ranks, health::Clock::time_point start, GpuWatch* gpu)
     : block_(block),
+      gpu_(gpu),
       progress_(config.progress, local_ranks, start),
       samples_(static_cast<size_t>(local_ranks)),
       rules_(static_cast<size_t>(local_ranks)) {
@@ -16,6 +17,7 @@ HealthWatch::HealthWatch(const AgentConfig& config, const control::ControlBlock*
     const auto& compiled = lr == 0 ? config.rank0_rules : config.every_rank_rules;
     if (compiled) rules_[static_cast<size_t>(lr)].emplace(compiled, start);
   }
+  if (gpu_) gpu_->begin_attempt(start);
 }
 
 bool HealthWatch::watches_output(int lr) const {
@@ -32,6 +34,18 @@ std::optional<health::Fault> HealthWatch::on_line(health::Clock::time_point now,
 
 std::optional<health::Fault> HealthWatch::tick(health::Clock::time_point now,
                                                const supervisor::WorkerGroup& workers) {
+  // The GPUs' snapshots are judged on every tick, so that their notes are
+  // logged as they come in.
+  std::optional<health::Fault> gpu_fault;
+  if (gpu_) gpu_fault = gpu_->poll();
+  auto fault = check_workers(now, workers);
+  // A GPU's error explains what the workers show on the same tick (a hang,
+  // an error line), not the reverse.
+  return gpu_fault ? gpu_fault : fault;
+}
+
+std::optional<health::Fault> HealthWatch::check_workers(health::Clock::time_point now,
+                                                        const supervisor::WorkerGroup& workers) {
   for (size_t lr = 0; lr < rules_.size(); ++lr) {
     if (!rules_[lr]) continue;
     if (auto fault = rules_[lr]->check(now)) {

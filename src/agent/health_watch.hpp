@@ -1,7 +1,8 @@
 // The health monitors of one attempt on this node (docs/health.md), on the
 // attempt's loop: every --monitor-interval its delegate hands it a look at
 // the control block's slots and the worker group, and it answers with the
-// first fault, which the delegate reports to the attempt.
+// first fault, which the delegate reports to the attempt. GPU health (the
+// node's GpuWatch, which outlives attempts) is judged on the same tick.
 #pragma once
 
 #include <optional>
@@ -22,8 +23,9 @@ class HealthWatch {
   // `block` may be null (no control block: no progress to watch). Local
   // rank 0's output is judged by `rank0_rules`, every other rank's by
   // `every_rank_rules` (either may be null: no rules).
+  // `gpu` may be null (no GPU health on this node).
   HealthWatch(const AgentConfig& config, const control::ControlBlock* block, int local_ranks,
-              health::Clock::time_point start);
+              health::Clock::time_point start, GpuWatch* gpu = nullptr);
 
   // Whether a log rule reads local rank `lr`'s output (its streams must
   // then pass through the agent).
@@ -36,7 +38,12 @@ class HealthWatch {
                                        std::string_view line);
 
  private:
+  // The log rules' and the progress monitors' fault, if any.
+  std::optional<health::Fault> check_workers(health::Clock::time_point now,
+                                             const supervisor::WorkerGroup& workers);
+
   const control::ControlBlock* block_;
+  GpuWatch* gpu_;
   health::ProgressMonitor progress_;
   std::vector<health::RankSample> samples_;             // reused: one look per tick
   std::vector<std::optional<health::LogRules>> rules_;  // per local rank

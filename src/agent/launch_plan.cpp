@@ -271,6 +271,11 @@ AgentConfig plan_agent(const cli::LaunchConfig& c, const Environment& env) {
   }
   a.restart_policy = c.health.restart_policy;
   if (c.health.max_restarts_given) a.restart_cap = c.max_restarts;
+  a.gpu_health.enabled = c.health.gpu == cli::HealthOptions::Gpu::kAuto;
+  a.gpu_health.root = discovery_root(env).string();
+  if (auto lib = env.find("ELASTICRUN_NVML_LIBRARY"); lib != env.end() && !lib->second.empty()) {
+    a.gpu_health.library = lib->second;
+  }
   a.pre_train_command = hook_command(c.pre_train_script, c.pre_train_args);
   a.post_train_command = hook_command(c.post_train_script, c.post_train_args);
   if (auto err = env.find("TORCHELASTIC_ERROR_FILE"); err != env.end()) {

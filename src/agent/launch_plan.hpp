@@ -22,8 +22,10 @@ using Environment = std::map<std::string, std::string>;
 // contradict each other or a value the parser could not judge alone is
 // wrong (a node rank outside the nodes, an unknown rendezvous backend).
 // `env` is the launcher's environment: PATH and PYTHON_EXEC choose the
-// workers' interpreter, TORCHELASTIC_ERROR_FILE the agent's error file, and
-// the NUMA discovery root.
+// workers' interpreter, TORCHELASTIC_ERROR_FILE the agent's error file,
+// ELASTICRUN_TEST_SYSFS_ROOT the root under which --numa-binding and GPU
+// health read the machine, ELASTICRUN_NVML_LIBRARY the NVML that GPU health
+// loads (both for tests).
 AgentConfig plan_agent(const cli::LaunchConfig& config, const Environment& env);
 
 // The CPUs this process may run on (--nproc-per-node cpu and auto).

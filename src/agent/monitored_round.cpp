@@ -4,7 +4,7 @@ namespace elasticrun::agent {
 
 void MonitoredRound::attempt_started(AttemptControl& control) {
   attempt_ = &control;
-  health_.emplace(config_, block_, config_.nproc_per_node, std::chrono::steady_clock::now());
+  health_.emplace(config_, block_, config_.nproc_per_node, std::chrono::steady_clock::now(), gpu_);
 }
 
 void MonitoredRound::tick(std::chrono::steady_clock::time_point now) {

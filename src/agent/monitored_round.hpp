@@ -1,7 +1,8 @@
 // The health monitors' part of a round's delegate, shared by the fixed
 // job's rounds (fixed_agent) and the dynamic ones (round): each attempt gets
 // a HealthWatch, ticked every --monitor-interval and fed the output lines
-// the log rules read; its fault goes to the attempt (report_fault).
+// the log rules read, and the node's GPU health; its fault goes to the
+// attempt (report_fault).
 #pragma once
 
 #include <optional>
@@ -14,8 +15,10 @@ namespace elasticrun::agent {
 
 class MonitoredRound : public AttemptDelegate {
  public:
-  MonitoredRound(const AgentConfig& config, const control::ControlBlock* block)
-      : config_(config), block_(block) {}
+  // `gpu`: the node's GPU health, or null.
+  MonitoredRound(const AgentConfig& config, const control::ControlBlock* block,
+                 GpuWatch* gpu = nullptr)
+      : config_(config), block_(block), gpu_(gpu) {}
 
   void attempt_started(AttemptControl& control) override;
   void tick(std::chrono::steady_clock::time_point now) override;
@@ -28,6 +31,7 @@ class MonitoredRound : public AttemptDelegate {
  private:
   const AgentConfig& config_;
   const control::ControlBlock* block_;
+  GpuWatch* gpu_;
   AttemptControl* attempt_ = nullptr;
   std::optional<HealthWatch> health_;
 };

@@ -55,8 +55,8 @@ std::string describe(const EndRecord& r) {
 
 Round::Round(const AgentConfig& config, const rendezvous::RendezvousConfig& rc,
              const rendezvous::Assignment& place, control::ControlBlock* control, Courier& courier,
-             rendezvous::BeatProgress& beat)
-    : MonitoredRound(config, control),
+             rendezvous::BeatProgress& beat, GpuWatch* gpu)
+    : MonitoredRound(config, control, gpu),
       config_(config),
       rc_(rc),
       place_(place),

@@ -35,9 +35,10 @@ class Round final : public MonitoredRound, public rendezvous::RoundListener {
   // Resets the control block (when there is one) for the round and starts
   // the round's watch. Throws NetworkError when the watch cannot connect.
   // `beat`: the node's progress its heartbeat carries to the leader.
+  // `gpu`: the node's GPU health, or null.
   Round(const AgentConfig& config, const rendezvous::RendezvousConfig& rc,
         const rendezvous::Assignment& place, control::ControlBlock* control, Courier& courier,
-        rendezvous::BeatProgress& beat);
+        rendezvous::BeatProgress& beat, GpuWatch* gpu = nullptr);
   ~Round() override;
 
   Inbox& inbox() { return *inbox_; }

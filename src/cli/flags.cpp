@@ -188,6 +188,13 @@ const std::vector<FlagSpec> kFlags = {
     {Flag::kStragglerPoints, "", "--straggler-points", kValue, kNoEnv, kHealth, "N", "10",
      "How many samples in a row (one per heartbeat) make a straggler.",
      "monitors.stragglerDataPoints"},
+    {Flag::kGpuHealth, "", "--gpu-health", kValue, kNoEnv, kHealth, "{auto,off}", "auto",
+     "The NVIDIA driver's error reports of the workers' GPUs, read through NVML every 5 s: a "
+     "hardware XID (48, 64, 74, 79, 94, 95, 119, 120, 140), a rise of the uncorrectable ECC "
+     "error count, or a failed row remapping is a fault of the node (the job restarts as after a "
+     "failure); pending page retirements and row remaps are logged. auto: on where NVML and a "
+     "GPU exist, else skipped with a note (docs/health.md).",
+     "monitors.gpuHealth"},
 };
 
 constexpr size_t kWidth = 100;

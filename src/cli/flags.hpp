@@ -71,6 +71,7 @@ enum class Flag {
   kExcludeCooldown,
   kStragglerFactor,
   kStragglerPoints,
+  kGpuHealth,
   kCount,
 };
 

@@ -45,6 +45,11 @@ struct HealthOptions {
   // Whether --max-restarts (or PET_MAX_RESTARTS) was given: with a restart
   // policy it is one more cap on the total, without one torchrun's limit.
   bool max_restarts_given = false;
+  // --gpu-health auto|off: the NVIDIA driver's error reports (XIDs, ECC
+  // errors, remapped rows) of the workers' GPUs, through NVML. auto: where
+  // NVML and a GPU exist.
+  enum class Gpu { kAuto, kOff };
+  Gpu gpu = Gpu::kAuto;
 };
 
 }  // namespace elasticrun::cli

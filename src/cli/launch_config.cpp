@@ -90,6 +90,7 @@ nlohmann::ordered_json health_json(const HealthOptions& h) {
       {"log_rules", rules},
       {"restart_policy", policy},
       {"max_restarts_given", h.max_restarts_given},
+      {"gpu_health", h.gpu == HealthOptions::Gpu::kAuto ? "auto" : "off"},
   };
 }
 

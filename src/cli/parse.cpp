@@ -294,6 +294,12 @@ void convert(LaunchConfig& c, Flag id, const Raw& r) {
       c.health.straggler_points = parse_int(r.origin, t);
       if (c.health.straggler_points < 1) fail(r.origin + " " + util::quote(t) + ": at least 1");
       break;
+    case Flag::kGpuHealth:
+      // true and false: the job config's YAML booleans, as --non-finite-loss takes them.
+      check_choice(r, {"auto", "off", "true", "false"});
+      c.health.gpu =
+          t == "auto" || t == "true" ? HealthOptions::Gpu::kAuto : HealthOptions::Gpu::kOff;
+      break;
     // The elastic group depends on --nnodes and --config: parse_elastic reads it.
     case Flag::kMinReplicas:
     case Flag::kMaxReplicas:

@@ -176,13 +176,24 @@ void RoundWatch::lead(const std::vector<Member>& members, elastic::Policy& polic
 
 // The straggler monitor's verdict excludes the node and ends the round
 // without it: a waiting spare takes its place, or the job shrinks as after a
-// loss. True when this ended the round.
+// loss. When neither can happen the node stays (ending the round would only
+// readmit it, round after round). True when this ended the round.
 bool RoundWatch::end_for_straggler(const std::vector<health::NodeSample>& samples, int current) {
   const auto verdict = straggler_.observe(samples);
   if (!verdict) return false;
   const auto& c = rdzv_->config();
   const uint64_t round = options_.assignment.round;
   const std::string why = "straggler: " + verdict->message;
+  if (current - 1 < c.sizes.min_replicas && rdzv_->live_waiting_after(round) == 0) {
+    if (!straggler_kept_) {
+      util::logger("rendezvous")
+          ->warn("round {}: the node {} is a {}; it stays: no spare waits to take its place "
+                 "and the job cannot shrink below {} node(s)",
+                 round, verdict->host, why, c.sizes.min_replicas);
+      straggler_kept_ = true;
+    }
+    return false;
+  }
   rdzv_->update_exclusions([&](health::ExclusionState& s) {
     s.exclude(verdict->host, now_unix_ms(), c.exclusion, why);
     return true;
@@ -190,7 +201,9 @@ bool RoundWatch::end_for_straggler(const std::vector<health::NodeSample>& sample
   EndRecord r;
   r.kind = EndKind::kReplace;
   r.target = current;
-  r.survivors = std::max(current - 1, 0);
+  // Every member rejoins, the straggler too (it then waits as a spare):
+  // counting it keeps the next closer from closing before the others are back.
+  r.survivors = current;
   r.wait = c.rejoin_timeout;
   r.reason = "the node " + verdict->host + " is excluded as a " + why;
   util::logger("rendezvous")->warn("round {}: {}; ending the round", round, r.reason);

@@ -62,6 +62,7 @@ class RoundWatch {
   RoundListener& listener_;
   std::unique_ptr<Rendezvous> rdzv_;     // the thread's own connection
   health::StragglerDetector straggler_;  // the leader's, over this round
+  bool straggler_kept_ = false;          // warned that a straggler stays
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -138,6 +138,11 @@ def test_a_straggler_is_excluded_and_a_spare_takes_its_place(
     (ev / "slow").write_text(f"{slow}\n")
     first = wait_for(lambda: next((g for g, a in worlds(ev).items() if len(a) == 3), None),
                      "three workers", timeout=GEN_TIMEOUT_S)
+    # With no spare and no room to shrink, the straggler stays: ending the
+    # round would only readmit it.
+    wait_for(lambda: any("it stays: no spare waits" in a.stderr() for a in job.agents.values()),
+             "the leader keeping the straggler", timeout=GEN_TIMEOUT_S)
+    assert max(worlds(ev)) == first
     job.start_agent(4)  # the spare
     spare = job.agents[4].pid
     replaced = wait_for(

@@ -37,6 +37,7 @@ TEST_CASE("the monitors are on where they cannot misfire by default", "[cli][hea
   CHECK(h.straggler_factor == 0);
   CHECK(h.log_rules.empty());
   CHECK_FALSE(h.restart_policy);
+  CHECK(h.gpu == HealthOptions::Gpu::kAuto);
 }
 
 TEST_CASE("--hang-timeout takes seconds, auto or off", "[cli][health]") {
@@ -62,6 +63,7 @@ TEST_CASE("the job config's monitors section gives the same settings as the flag
   excludeCooldownInSeconds: 30
   stragglerFactor: 1.5
   stragglerDataPoints: 4
+  gpuHealth: off
 )");
   const HealthOptions h = parse({"--config", file}).health;
   CHECK(h.hang == HealthOptions::Hang::kFixed);
@@ -73,6 +75,7 @@ TEST_CASE("the job config's monitors section gives the same settings as the flag
   CHECK(h.exclude_cooldown == 30);
   CHECK(h.straggler_factor == 1.5);
   CHECK(h.straggler_points == 4);
+  CHECK(h.gpu == HealthOptions::Gpu::kOff);
 }
 
 TEST_CASE("a flag wins over the job config's monitors section", "[cli][health]") {

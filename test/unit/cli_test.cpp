@@ -50,6 +50,7 @@ const std::map<Flag, std::string> kSample = {
     {Flag::kExcludeCooldown, "30"},
     {Flag::kStragglerFactor, "1.5"},
     {Flag::kStragglerPoints, "4"},
+    {Flag::kGpuHealth, "off"},
     {Flag::kNnodes, "2"},
     {Flag::kNprocPerNode, "3"},
     {Flag::kRdzvBackend, "etcd"},
@@ -168,7 +169,8 @@ TEST_CASE("the flag table holds every torchrun 2.15 flag, hyperpodrun's extras a
                                           "exclude_window",
                                           "exclude_cooldown",
                                           "straggler_factor",
-                                          "straggler_points"};
+                                          "straggler_points",
+                                          "gpu_health"};
   std::set<std::string> dests;
   for (const auto& f : flag_table()) dests.insert(f.dest());
   CHECK(dests == expected);
@@ -611,4 +613,15 @@ TEST_CASE("to_json writes every field and survives bytes that are not UTF-8", "[
   const auto json = to_json(parse({"--role", "\xff", "t.py", "a"}));
   CHECK_THAT(json, Contains("\"training_script_args\":[\"a\"]"));
   CHECK_THAT(json, Contains("\"signals_to_handle\":[15,2,1,3]"));
+}
+
+TEST_CASE("--gpu-health is auto unless turned off, and takes nothing else", "[cli]") {
+  CHECK(parse({"train.py"}).health.gpu == HealthOptions::Gpu::kAuto);
+  CHECK(parse({"--gpu-health", "off", "train.py"}).health.gpu == HealthOptions::Gpu::kOff);
+  CHECK(parse({"--gpu-health=auto", "train.py"}).health.gpu == HealthOptions::Gpu::kAuto);
+  REQUIRE_THROWS_WITH(parse({"--gpu-health", "on", "train.py"}),
+                      Contains("--gpu-health") && Contains("expected one of auto, off"));
+  CHECK(parse({"--gpu-health", "false", "train.py"}).health.gpu == HealthOptions::Gpu::kOff);
+  CHECK_THAT(to_json(parse({"--gpu-health", "off", "train.py"})),
+             Contains("\"gpu_health\":\"off\""));
 }

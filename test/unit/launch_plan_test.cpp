@@ -146,3 +146,18 @@ TEST_CASE("backends the agent cannot run are refused before anything starts", "[
   CHECK_THROWS_WITH(plan({"--nnodes", "2", "--rdzv-backend", "etcd-v2", "t.py"}),
                     Contains("--rdzv-backend etcd-v2 is not supported"));
 }
+
+TEST_CASE("--gpu-health turns GPU health off, and tests can point it at a fake driver",
+          "[launch_plan]") {
+  AgentConfig a = plan({"train.py"});
+  CHECK(a.gpu_health.enabled);
+  CHECK(a.gpu_health.library == "libnvidia-ml.so.1");
+  CHECK(a.gpu_health.root == "/");
+  CHECK_FALSE(plan({"--gpu-health", "off", "train.py"}).gpu_health.enabled);
+  Environment env = kEnv;
+  env["ELASTICRUN_NVML_LIBRARY"] = "/tmp/libfake_nvml.so";
+  env["ELASTICRUN_TEST_SYSFS_ROOT"] = "/tmp/sysfs";
+  a = plan({"train.py"}, env);
+  CHECK(a.gpu_health.library == "/tmp/libfake_nvml.so");
+  CHECK(a.gpu_health.root == "/tmp/sysfs");
+}
