@@ -1,6 +1,9 @@
 // The table of elasticrun's launch flags: spellings, environment fallback,
-// help text. parse.cpp parses against it; --help and --print-completion are
-// generated from it, so they cannot drift from what is accepted.
+// help text, and how each flag's text sets the LaunchConfig. parse.cpp
+// parses against it; --help and --print-completion are generated from it,
+// so they cannot drift from what is accepted. A flag is added as an id, a
+// row, and its field; what several flags decide together is derived in
+// parse.cpp (and the elastic group in elastic_parse.cpp).
 #pragma once
 
 #include <string>
@@ -8,6 +11,20 @@
 #include <vector>
 
 namespace elasticrun::cli {
+
+struct LaunchConfig;
+
+// A flag's value as found: on the command line (origin "--nnodes", the dash
+// spelling whatever was typed), in the environment (origin "PET_NNODES") or
+// in the job config (origin "<file>, line N: <key>"). A switch's text is "1"
+// on the command line.
+struct Raw {
+  std::string text;
+  std::string origin;
+};
+
+// Sets the flag's field from its text; throws ConfigError naming the origin.
+using Convert = void (*)(LaunchConfig&, const Raw&);
 
 enum class Flag {
   kHelp,
@@ -90,6 +107,9 @@ struct FlagSpec {
   std::string_view metavar;
   std::string_view default_text;  // for --help; empty: none shown
   std::string_view help;
+  // Null for the flags whose meaning depends on others (the elastic group,
+  // --config) and for --help and --print-completion.
+  Convert convert = nullptr;
   // The job config key that gives the same setting ("monitors.hangTimeoutInSeconds"),
   // read as the flag's text when the flag is not given; empty: none.
   std::string_view config_key = {};

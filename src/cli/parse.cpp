@@ -1,14 +1,12 @@
 #include "cli/parse.hpp"
 
 #include <array>
-#include <cctype>
-#include <initializer_list>
 #include <optional>
 #include <random>
 #include <string_view>
-#include <tuple>
 
 #include "cli/elastic_parse.hpp"
+#include "cli/flag_text.hpp"
 #include "cli/flags.hpp"
 #include "cli/job_config.hpp"
 #include "cli/tokenize.hpp"
@@ -62,260 +60,6 @@ int resolve_nproc(const Raw& raw, int cpu_count, int gpu_count) {
   }
   if (n < 1) fail(raw.origin + " " + util::quote(spec) + ": must be at least 1 worker");
   return n;
-}
-
-int parse_port(const Raw& raw) {
-  const int port = parse_int(raw.origin, raw.text);
-  if (port < 0 || port > 65535) {
-    fail(raw.origin + " " + util::quote(raw.text) + ": a port must be between 0 and 65535");
-  }
-  return port;
-}
-
-// Seconds, as Python's float() reads them, not negative.
-double parse_seconds(const Raw& raw) {
-  const double v = parse_double(raw.origin, raw.text);
-  if (v < 0) fail(raw.origin + " " + util::quote(raw.text) + ": must not be negative");
-  return v;
-}
-
-bool parse_switch(const Raw& raw) {
-  return parse_int(raw.origin, raw.text) != 0;
-}
-
-// A dotted Python module name: identifiers (ASCII here) separated by dots.
-bool valid_module_name(std::string_view name) {
-  bool start = true;
-  for (char ch : name) {
-    const bool alpha = std::isalpha(static_cast<unsigned char>(ch)) || ch == '_';
-    const bool digit = std::isdigit(static_cast<unsigned char>(ch));
-    if (ch == '.') {
-      if (start) return false;
-      start = true;
-    } else if (alpha || (digit && !start)) {
-      start = false;
-    } else {
-      return false;
-    }
-  }
-  return !start;
-}
-
-void check_choice(const Raw& raw, std::initializer_list<std::string_view> choices) {
-  std::string list;
-  for (auto c : choices) {
-    if (raw.text == c) return;
-    list += (list.empty() ? "" : ", ") + std::string(c);
-  }
-  fail(raw.origin + " " + util::quote(raw.text) + ": expected one of " + list);
-}
-
-// Converts one flag's text into `c`. Derivations that involve several flags
-// come later, in derive().
-void convert(LaunchConfig& c, Flag id, const Raw& r) {
-  const std::string& t = r.text;
-  switch (id) {
-    case Flag::kNnodes:
-      std::tie(c.nnodes_min, c.nnodes_max) = parse_nnodes(r.origin, t);
-      c.nnodes_spec = t;
-      break;
-    case Flag::kNprocPerNode:
-      c.nproc_per_node_spec = t;
-      break;
-    case Flag::kRdzvBackend:
-      c.rdzv_backend = t;
-      break;
-    case Flag::kRdzvEndpoint:
-      c.rdzv_endpoint = t;
-      break;
-    case Flag::kRdzvId:
-      c.rdzv_id = t;
-      break;
-    case Flag::kRdzvConf:
-      c.rdzv_conf = parse_rdzv_conf(r.origin, t);
-      break;
-    case Flag::kStandalone:
-      c.standalone = parse_switch(r);
-      break;
-    case Flag::kMaxRestarts:
-      c.max_restarts = parse_int(r.origin, t);
-      if (c.max_restarts < 0) fail(r.origin + " " + util::quote(t) + ": must not be negative");
-      break;
-    case Flag::kMonitorInterval:
-      c.monitor_interval = parse_double(r.origin, t);
-      if (c.monitor_interval < 0) fail(r.origin + " " + util::quote(t) + ": must not be negative");
-      break;
-    case Flag::kStartMethod:
-      check_choice(r, {"spawn", "fork", "forkserver"});
-      c.start_method = t;
-      break;
-    case Flag::kEventLogHandler:
-      c.event_log_handler = t;
-      break;
-    case Flag::kRole:
-      c.role = t;
-      break;
-    case Flag::kModule:
-      c.module = parse_switch(r);
-      break;
-    case Flag::kNoPython:
-      c.no_python = parse_switch(r);
-      break;
-    case Flag::kRunPath:
-      c.run_path = parse_switch(r);
-      break;
-    case Flag::kLogDir:
-      c.log_dir = t;
-      break;
-    case Flag::kRedirects:
-      c.redirects = parse_std_streams(r.origin, t);
-      break;
-    case Flag::kTee:
-      c.tee = parse_std_streams(r.origin, t);
-      break;
-    // torchrun: `args.log_line_prefix_template or $TORCHELASTIC_...`: empty means unset.
-    case Flag::kLogLinePrefixTemplate:
-      if (!t.empty()) c.log_line_prefix_template = t;
-      break;
-    case Flag::kLocalRanksFilter:
-      c.local_ranks_filter = parse_local_ranks(r.origin, t);
-      break;
-    case Flag::kDuplicateStdoutFilters:
-      c.duplicate_stdout_filters = parse_comma_list(t);
-      break;
-    case Flag::kDuplicateStderrFilters:
-      c.duplicate_stderr_filters = parse_comma_list(t);
-      break;
-    case Flag::kNodeRank:
-      c.node_rank = parse_int(r.origin, t);
-      if (c.node_rank < 0) fail(r.origin + " " + util::quote(t) + ": must not be negative");
-      break;
-    case Flag::kMasterAddr:
-      c.master_addr = t;
-      break;
-    case Flag::kMasterPort:
-      c.master_port = parse_port(r);
-      break;
-    case Flag::kLocalAddr:
-      c.local_addr = t;
-      break;
-    case Flag::kLogsSpecs:
-      c.logs_specs = t;
-      break;
-    case Flag::kNumaBinding:
-      check_choice(r, {"node", "socket", "exclusive", "core-complex"});
-      c.numa_binding = t;
-      break;
-    case Flag::kSignalsToHandle:
-      c.signals_to_handle = parse_signal_list(r.origin, t);
-      break;
-    case Flag::kShutdownTimeout:
-      c.shutdown_timeout = parse_int(r.origin, t);
-      if (c.shutdown_timeout < 0) fail(r.origin + " " + util::quote(t) + ": must not be negative");
-      break;
-    case Flag::kVirtualLocalRank:
-      c.virtual_local_rank = parse_switch(r);
-      break;
-    case Flag::kShutdownSignal:
-      c.shutdown_signal = parse_signal(r.origin, t);
-      break;
-    case Flag::kPreTrainScript:
-      c.pre_train_script = t;
-      break;
-    case Flag::kPreTrainArgs:
-      c.pre_train_args = split_shell_words(r.origin, t);
-      break;
-    case Flag::kPostTrainScript:
-      c.post_train_script = t;
-      break;
-    case Flag::kPostTrainArgs:
-      c.post_train_args = split_shell_words(r.origin, t);
-      break;
-    case Flag::kServerHost:
-      c.server_host = t;
-      break;
-    case Flag::kServerPort:
-      c.server_port = parse_port(r);
-      break;
-    case Flag::kInprocessRestart:
-      c.inprocess_restart = parse_switch(r);
-      break;
-    case Flag::kWarmStart:
-      c.warm_start = parse_switch(r);
-      break;
-    case Flag::kWarmStartImports:
-      c.warm_start_imports = parse_comma_list(t);
-      for (const auto& m : c.warm_start_imports) {
-        if (!valid_module_name(m)) {
-          fail(r.origin + " " + util::quote(t) + ": " + util::quote(m) +
-               " is not a Python module name");
-        }
-      }
-      break;
-    case Flag::kHangTimeout:
-      if (t == "auto") {
-        c.health.hang = HealthOptions::Hang::kAuto;
-      } else if (t == "off") {
-        c.health.hang = HealthOptions::Hang::kOff;
-      } else {
-        c.health.hang = HealthOptions::Hang::kFixed;
-        c.health.hang_seconds = parse_seconds(r);
-        if (c.health.hang_seconds <= 0) {
-          fail(r.origin + " " + util::quote(t) + ": a hang limit must be above 0 (or off)");
-        }
-      }
-      break;
-    case Flag::kStartupTimeout:
-      c.health.startup_timeout = parse_seconds(r);
-      break;
-    case Flag::kNonFiniteLoss:
-      // "true"/"false" too: the job config's YAML booleans.
-      check_choice(r, {"on", "off", "true", "false"});
-      c.health.non_finite_loss = t == "on" || t == "true";
-      break;
-    case Flag::kExcludeAfter:
-      c.health.exclude_after = parse_int(r.origin, t);
-      if (c.health.exclude_after < 0)
-        fail(r.origin + " " + util::quote(t) + ": must not be negative");
-      break;
-    case Flag::kExcludeWindow:
-      c.health.exclude_window = parse_seconds(r);
-      break;
-    case Flag::kExcludeCooldown:
-      c.health.exclude_cooldown = parse_seconds(r);
-      break;
-    case Flag::kStragglerFactor:
-      c.health.straggler_factor = parse_double(r.origin, t);
-      if (c.health.straggler_factor != 0 && c.health.straggler_factor <= 1) {
-        fail(r.origin + " " + util::quote(t) + ": a factor above 1 (or 0: off)");
-      }
-      break;
-    case Flag::kStragglerPoints:
-      c.health.straggler_points = parse_int(r.origin, t);
-      if (c.health.straggler_points < 1) fail(r.origin + " " + util::quote(t) + ": at least 1");
-      break;
-    case Flag::kGpuHealth:
-      // true and false: the job config's YAML booleans, as --non-finite-loss takes them.
-      check_choice(r, {"auto", "off", "true", "false"});
-      c.health.gpu =
-          t == "auto" || t == "true" ? HealthOptions::Gpu::kAuto : HealthOptions::Gpu::kOff;
-      break;
-    // The elastic group depends on --nnodes and --config: parse_elastic reads it.
-    case Flag::kMinReplicas:
-    case Flag::kMaxReplicas:
-    case Flag::kReplicaIncrementStep:
-    case Flag::kReplicaDiscreteValues:
-    case Flag::kGracefulShutdownTimeout:
-    case Flag::kScalingTimeout:
-    case Flag::kFaultyScaleDownTimeout:
-    case Flag::kMinStablePeriod:
-    case Flag::kMaxStablePeriod:
-    case Flag::kConfig:
-    case Flag::kHelp:
-    case Flag::kPrintCompletion:
-    case Flag::kCount:
-      break;
-  }
 }
 
 const std::optional<Raw>& given(const Given& g, Flag id) {
@@ -505,7 +249,8 @@ LaunchConfig parse_launch_args(const std::vector<std::string>& args,
   }
   LaunchConfig c;
   for (const auto& spec : flag_table()) {
-    if (const auto& raw = settings[static_cast<size_t>(spec.id)]) convert(c, spec.id, *raw);
+    const auto& raw = settings[static_cast<size_t>(spec.id)];
+    if (raw && spec.convert) spec.convert(c, *raw);
   }
   // Before derive(): the range decides whether a static job is single-node.
   parse_elastic(c, tokens.given, std::move(file));

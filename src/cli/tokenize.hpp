@@ -12,14 +12,6 @@
 
 namespace elasticrun::cli {
 
-// A flag's value as found: on the command line (origin "--nnodes", the dash
-// spelling whatever was typed) or in the environment (origin "PET_NNODES").
-// A switch's text is "1" on the command line.
-struct Raw {
-  std::string text;
-  std::string origin;
-};
-
 using FlagValues = std::array<std::optional<Raw>, static_cast<size_t>(Flag::kCount)>;
 
 struct Tokens {

@@ -187,9 +187,10 @@ bool RoundWatch::end_for_straggler(const std::vector<health::NodeSample>& sample
   if (current - 1 < c.sizes.min_replicas && rdzv_->live_waiting_after(round) == 0) {
     if (!straggler_kept_) {
       util::logger("rendezvous")
-          ->warn("round {}: the node {} is a {}; it stays: no spare waits to take its place "
-                 "and the job cannot shrink below {} node(s)",
-                 round, verdict->host, why, c.sizes.min_replicas);
+          ->warn(
+              "round {}: the node {} is a {}; it stays: no spare waits to take its place "
+              "and the job cannot shrink below {} node(s)",
+              round, verdict->host, why, c.sizes.min_replicas);
       straggler_kept_ = true;
     }
     return false;
