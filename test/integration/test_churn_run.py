@@ -5,7 +5,8 @@ is left running. Correctness of the accounting, not speed: no figure here is
 held to a target (the long traces are the benchmark). Only elasticrun: the
 same harness under torchrun costs a cold restart per event, minutes of the
 suite's CPU, and the accounting is the same code (test_churn_accounting.py
-checks it on torchrun-shaped logs by hand).
+checks it on torchrun-shaped logs by hand). Every health monitor is on
+(bench/churn/monitors.yaml), and none may fire.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def test_a_short_trace_is_accounted_in_full(tmp_path, elasticrun, elasticctl):  
         [sys.executable, str(REPO / "bench/churn/churn_bench.py"), "--trace", str(trace),
          "--launchers", "elasticrun", "--elasticrun", str(elasticrun),
          "--elasticctl", str(elasticctl), "--warm-start", "--no-fixed", "--no-report",
+         # Every health monitor on: none may fire on healthy training.
+         "--elasticrun-args", f"--config {REPO / 'bench/churn/monitors.yaml'}",
          "--out", str(runs), "--json", str(out), "--stall-s", "120", "--timeout", "600"],
         capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -64,5 +67,9 @@ def test_a_short_trace_is_accounted_in_full(tmp_path, elasticrun, elasticctl):  
             assert sum(rec["phases"].values()) == pytest.approx(rec["total"], abs=0.02), rec
     worlds = [(x["world_before"], x["world_after"]) for x in recoveries if x["total"] is not None]
     assert worlds in ([(2, 3), (3, 3)], [(2, 3)]), worlds
+    # No false alarm: the killed worker is a failure, not a health fault.
+    faults = [line for log in runs.rglob("agent*.log")
+              for line in log.read_text(errors="replace").splitlines() if "] health: " in line]
+    assert not faults, faults
     left = subprocess.run(["pgrep", "-f", str(runs)], capture_output=True, text=True).stdout.split()
     assert not left, f"processes of the runs left behind: {left}"
