@@ -81,6 +81,12 @@ health::RestartDecision StaticRestarts::decision(int attempt) {
     return {health::RestartAction::kFail, "node rank 0 decided nothing about restart " +
                                               std::to_string(attempt + 1) +
                                               " within the join timeout"};
+  } catch (const Error& e) {
+    // Node 0 hosts the job store: once it is gone no restart can happen,
+    // whether node 0 decided to fail and exited or died deciding.
+    return {health::RestartAction::kFail,
+            "lost node rank 0's store before its decision about restart " +
+                std::to_string(attempt + 1) + ": " + e.what()};
   }
   const size_t sp = v.find(' ');
   const std::string word = v.substr(0, sp);

@@ -54,7 +54,8 @@ class StaticRestarts {
 
   // What the restart policy made of attempt's failure. Node 0 decides and
   // publishes; the others wait for it (up to the join timeout), so that
-  // every node restarts the same way or none does.
+  // every node restarts the same way or none does. A node that loses node
+  // 0's store meanwhile reads it as kFail: no restart can run without it.
   void publish_decision(int attempt, const health::RestartDecision& d);
   health::RestartDecision decision(int attempt);
 

@@ -3,7 +3,9 @@
 tell (beyond modules already imported) that it was not exec'd afresh.
 
 Writes $WARM_PROBE_DIR/rank<RANK>.attempt<TORCHELASTIC_RESTART_COUNT>.json.
-FAIL_ON=<rank>:<attempt> makes that rank exit 3 on that attempt;
+FAIL_ON=<rank>:<attempt> makes that rank exit 3 on that attempt, once every
+rank of the attempt has written its record (else the agent could stop a rank
+that had not yet recorded);
 HOLD_FILE=<path>: write rank<RANK>.attempt<N>.holding, then wait until that
 file exists before recording.
 """
@@ -49,6 +51,15 @@ def record() -> dict:
     }
 
 
+def wait_for_records(attempt: str, world_size: int, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    suffix = f".attempt{attempt}.json"
+    while time.monotonic() < deadline:
+        if sum(n.endswith(suffix) for n in os.listdir(os.environ["WARM_PROBE_DIR"])) >= world_size:
+            return
+        time.sleep(0.05)
+
+
 def main() -> int:
     rank = os.environ["RANK"]
     attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
@@ -66,6 +77,7 @@ def main() -> int:
     os.rename(path + ".tmp", path)
     print(f"probe rank {rank} attempt {attempt}", flush=True)
     if os.environ.get("FAIL_ON") == f"{rank}:{attempt}":
+        wait_for_records(attempt, int(os.environ["WORLD_SIZE"]))
         raise SystemExit(3)
     if os.environ.get("RAISE_ON") == f"{rank}:{attempt}":
         raise RuntimeError(f"rank {rank} gives up")
