@@ -52,7 +52,7 @@ class Demo:
         self.args = args
         self.out = args.out.resolve()
         self.out.mkdir(parents=True, exist_ok=True)
-        for old in self.out.glob("log/*.jsonl"):
+        for old in [*self.out.glob("log/*.jsonl"), *self.out.glob("agent*.events.jsonl")]:
             old.unlink()
         self.ckpt = self.out / "ckpt"
         if self.ckpt.exists():
@@ -73,6 +73,8 @@ class Demo:
                "--warm-start",  # restarts in interpreters that imported torch already
                "--scaling-timeout", "2", "--min-stable-period", "0",
                "--rdzv-conf", "heartbeat_interval=0.5,last_call_timeout=1",
+               # Every decision and event of the agent (docs/events.md).
+               "--event-log", str(self.out / f"agent{n}.events.jsonl"),
                str(TRAIN), "--ckpt", str(self.ckpt), "--steps", str(self.args.steps),
                "--log", str(self.out / "log"), "--step-s", "0.1"]
         self.agents[n] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
@@ -208,7 +210,20 @@ class Demo:
         wasted = sum(len(gens) - 1 for gens in by_step.values())
         say(f"steps done again after the failure: {wasted}")
         self.plot(final)
+        self.summarize_events()
         return 0 if ok else 1
+
+    def summarize_events(self) -> None:
+        """What the agents' event logs recorded: the job's history."""
+        decisions = []
+        for path in sorted(self.out.glob("agent*.events.jsonl")):
+            for line in path.read_text().splitlines():
+                e = json.loads(line)
+                if e["event"] in ("policy_decision", "restart_decision", "health_fault"):
+                    decisions.append((e["time"], e["event"], e.get("reason", "")))
+        for t, kind, reason in sorted(decisions):
+            say(f"event log: {t} {kind}: {reason}")
+        say(f"event logs: {self.out}/agent*.events.jsonl (docs/events.md)")
 
     def plot(self, final) -> None:
         try:

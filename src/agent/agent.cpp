@@ -12,6 +12,8 @@
 #include "agent/fixed_agent.hpp"
 #include "agent/worker_env.hpp"
 #include "control/control_block.hpp"
+#include "elasticrun/errors.hpp"
+#include "events/types.hpp"
 #include "supervisor/cgroup.hpp"
 #include "supervisor/death_watch.hpp"
 #include "supervisor/spawn.hpp"
@@ -60,9 +62,29 @@ std::string control_path(const fs::path& run_dir) {
   return (run_dir / name).string();
 }
 
-}  // namespace
+// What the event log says of this agent as it starts.
+nlohmann::json agent_start_fields(const AgentConfig& c) {
+  return {{"run_id", c.dynamic ? c.rdzv.run_id : c.run_id},
+          {"backend", c.dynamic      ? "c10d"
+                      : c.standalone ? "standalone"
+                                     : "static"},
+          {"min_nodes", c.dynamic ? c.rdzv.sizes.min_replicas : c.nnodes},
+          {"max_nodes", c.dynamic ? c.rdzv.sizes.max_replicas : c.nnodes},
+          {"nproc_per_node", c.nproc_per_node},
+          {"pid", static_cast<int>(::getpid())}};
+}
 
-int run_agent(const AgentConfig& config) {
+// Opened before anything starts: a log that cannot be written is bad input.
+std::unique_ptr<events::EventLog> open_event_log(const AgentConfig& c) {
+  if (c.event_log.path.empty() && !c.event_log.console) return nullptr;
+  try {
+    return std::make_unique<events::EventLog>(c.event_log);
+  } catch (const Error& e) {
+    throw ConfigError(std::string("--event-log: ") + e.what());
+  }
+}
+
+int run_node(const AgentConfig& config, events::EventLog& events) {
   auto log = util::logger("agent");
   for (const auto& note : config.notes) log->info("{}", note);
   // First of all: a node that cannot bind its workers fails on its own, at
@@ -94,6 +116,7 @@ int run_agent(const AgentConfig& config) {
   if (!st) log->warn("{}; workers' descendants may outlive a killed agent", st.message());
 
   NodeContext node;
+  node.events = &events;
   node.watch = &watch;
   node.job_cgroup = &job_cgroup;
   node.run_dir = make_run_dir(config);
@@ -142,6 +165,18 @@ int run_agent(const AgentConfig& config) {
     }
   } unlink{control.get()};
   return config.dynamic ? run_dynamic(config, node) : run_fixed(config, node);
+}
+
+}  // namespace
+
+int run_agent(const AgentConfig& config) {
+  auto log = util::logger("agent");
+  const std::unique_ptr<events::EventLog> event_log = open_event_log(config);
+  events::EventLog& events = event_log ? *event_log : events::EventLog::disabled();
+  events.record(events::type::kAgentStart, agent_start_fields(config));
+  const int code = run_node(config, events);
+  events.record(events::type::kAgentEnd, {{"exit_code", code}});
+  return code;
 }
 
 }  // namespace elasticrun::agent

@@ -19,6 +19,7 @@
 #include "agent/numa_binding.hpp"
 #include "agent/warm_start.hpp"
 #include "elastic/policy.hpp"
+#include "events/event_log.hpp"
 #include "health/log_rules.hpp"
 #include "health/progress_monitor.hpp"
 #include "health/specs.hpp"
@@ -112,6 +113,9 @@ struct AgentConfig {
   std::optional<int> restart_cap;
   // --gpu-health: the driver's error reports of the workers' GPUs.
   GpuHealthConfig gpu_health;
+  // The event log (docs/events.md): --event-log's file, whether each line
+  // also goes to stderr (--event-log-handler console), this agent's node id.
+  events::LogOptions event_log;
   // One-line notes printed once before the workers start.
   std::vector<std::string> notes;
   // Set in every worker's (and hook's) environment on top of the agent's own.

@@ -5,12 +5,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "agent/failure_report.hpp"
 #include "agent/fault_record.hpp"
 #include "agent/health_watch.hpp"
 #include "elasticrun/errors.hpp"
+#include "events/types.hpp"
 #include "supervisor/descendants.hpp"
 
 namespace elasticrun::agent {
@@ -168,6 +170,7 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     }
     // --warm-start: interpreters that have imported torch already take the
     // workers they can; the rest start as usual.
+    const auto spawn_start = std::chrono::steady_clock::now();
     std::vector<pid_t> warm(specs.size(), 0);
     size_t warmed = 0;
     for (size_t r = 0; warm_ && r < specs.size(); ++r) {
@@ -189,6 +192,7 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     } else {
       log_->info("started {} worker(s) (restart count {})", specs.size(), restart_count_);
     }
+    record_start(warmed, std::chrono::steady_clock::now() - spawn_start);
     delegate_.attempt_started(*this);
     const auto every = static_cast<uint64_t>(config_.monitor_interval.count());
     uv_timer_start(
@@ -297,6 +301,7 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
  private:
   void on_child() {
     for (const WorkerExit& e : group_.reap()) {
+      record_rescue(e);
       if (e.failed() && !stopping_) {
         log_->warn("worker local rank {} (pid {}) failed: {}", e.local_rank, e.pid, e.describe());
         failures_.push_back(e);
@@ -351,8 +356,41 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     stop(sig, Outcome::kSignaled, config_.shutdown_timeout);
   }
 
+  // A worker given the rescue window exited: whether its SDK marked its
+  // rescue saved, and how long after the failure.
+  void record_rescue(const WorkerExit& e) {
+    if (!rescue_started_ ||
+        std::find(rescuers_.begin(), rescuers_.end(), e.local_rank) == rescuers_.end()) {
+      return;
+    }
+    const bool saved = node_.control && e.local_rank < node_.control->num_slots() &&
+                       (node_.control->read_slot(e.local_rank).flags & control::kFlagSaved) != 0;
+    node_.events->record(events::type::kRescue,
+                         {{"restart_count", restart_count_},
+                          {"local_rank", e.local_rank},
+                          {"rank", rank_offset_ + e.local_rank},
+                          {"saved", saved},
+                          {"seconds", std::chrono::duration<double>(
+                                          std::chrono::steady_clock::now() - *rescue_started_)
+                                          .count()},
+                          {"what", e.describe()}});
+  }
+
+  void record_start(size_t warmed, std::chrono::steady_clock::duration took) {
+    nlohmann::json pids = nlohmann::json::array();
+    for (int lr = 0; lr < static_cast<int>(group_.size()); ++lr) pids.push_back(group_.pid(lr));
+    node_.events->record(events::type::kWorkersStart,
+                         {{"restart_count", restart_count_},
+                          {"rank_offset", rank_offset_},
+                          {"pids", pids},
+                          {"warm", warmed},
+                          {"spawn_s", std::chrono::duration<double>(took).count()}});
+  }
+
  public:
   const supervisor::WorkerGroup& workers() const override { return group_; }
+  int rank_offset() const override { return rank_offset_; }
+  int restart_count() const override { return restart_count_; }
 
   void report_fault(const health::Fault& fault) override {
     if (stopping_ && !done_ && !fault_) {
@@ -383,6 +421,15 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
                  stack_files_[static_cast<size_t>(st.local_rank)]);
     }
     write_fault_record(attempt_dir_ / "fault.json", fault, rank_offset_, stacks_, stack_files_);
+    node_.events->record(events::type::kHealthFault,
+                         {{"restart_count", restart_count_},
+                          {"reason", fault.reason()},
+                          {"monitor", fault.monitor},
+                          {"local_rank", fault.local_rank},
+                          {"rank", fault.local_rank >= 0 ? rank_offset_ + fault.local_rank : -1},
+                          {"last_step", fault.last_step},
+                          {"message", fault.message},
+                          {"fault_file", (attempt_dir_ / "fault.json").string()}});
     delegate_.on_fault(fault);
     // Once the workers' faulthandlers have written (or the grace passed),
     // they stop as after a failure.
@@ -429,6 +476,7 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     stop(0, why, grace + window);
     kill_stopped();
     if (rescuers_.empty()) return;
+    rescue_started_ = std::chrono::steady_clock::now();
     log_->info("{} worker(s) may save a rescue: {} in {} ms unless one is under way",
                rescuers_.size(), supervisor::signal_name(config_.shutdown_signal), window.count());
     uv_timer_start(
@@ -518,6 +566,7 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
   std::vector<int64_t> stack_sizes_;  // the stacks files' sizes at the last look
   std::chrono::steady_clock::time_point stack_deadline_;
   std::vector<int> rescuers_;  // local ranks given the rescue window
+  std::optional<std::chrono::steady_clock::time_point> rescue_started_;  // that window's start
   std::vector<std::unique_ptr<uv_signal_t>> forwarded_;
   bool stopping_ = false;
   bool done_ = false;
@@ -564,6 +613,43 @@ FailureReport failure_report(const AgentConfig& config, const AttemptResult& r) 
   report.stack_files = r.stack_files;
   return report;
 }
+
+namespace {
+
+const char* outcome_name(Outcome o) {
+  switch (o) {
+    case Outcome::kSucceeded:
+      return "succeeded";
+    case Outcome::kFailed:
+      return "failed";
+    case Outcome::kSignaled:
+      return "signaled";
+    case Outcome::kStopped:
+      return "stopped";
+  }
+  return "unknown";
+}
+
+void record_end(events::EventLog& events, const Assignment& a, const AttemptResult& r) {
+  nlohmann::json failures = nlohmann::json::array();
+  for (const auto& f : r.failures) {
+    failures.push_back({{"local_rank", f.local_rank},
+                        {"rank", a.rank_offset + f.local_rank},
+                        {"pid", f.pid},
+                        {"exit_code", f.exit_code},
+                        {"signal", f.term_signal},
+                        {"what", f.describe()}});
+  }
+  nlohmann::json fields = {{"restart_count", a.restart_count},
+                           {"outcome", outcome_name(r.outcome)},
+                           {"failures", failures}};
+  if (r.stop_reason) fields["stop_reason"] = *r.stop_reason;
+  if (r.stop_signal != 0) fields["signal"] = r.stop_signal;
+  if (r.fault) fields["fault"] = r.fault->reason();
+  events.record(events::type::kWorkersEnd, std::move(fields));
+}
+
+}  // namespace
 
 AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, const Assignment& a,
                           int attempt_index, AttemptDelegate& delegate, Inbox* inbox) {
@@ -620,6 +706,7 @@ AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, co
     result.stop_reason = attempt.stop_reason();
     result.fault = attempt.fault();
     result.stacks = attempt.stacks();
+    record_end(*node.events, a, result);
   }
   if (!config.post_train_command.empty()) {
     run_hook("post-train", config.post_train_command, node.base);

@@ -62,6 +62,10 @@ class AttemptControl {
   virtual void report_fault(const health::Fault& fault) = 0;
   // The workers, for a look at who still runs.
   virtual const supervisor::WorkerGroup& workers() const = 0;
+  // Where they are: the global rank of local rank 0, and the restart count
+  // (TORCHELASTIC_RESTART_COUNT) they were given.
+  virtual int rank_offset() const = 0;
+  virtual int restart_count() const = 0;
 
  protected:
   ~AttemptControl() = default;
@@ -139,6 +143,9 @@ struct NodeContext {
   control::ControlBlock* control = nullptr;
   // GPU health (--gpu-health), or null where it is off or skipped.
   GpuWatch* gpu = nullptr;
+  // The agent's event log (docs/events.md); never null (a disabled one
+  // records nothing).
+  events::EventLog* events = &events::EventLog::disabled();
 };
 
 struct AttemptResult {

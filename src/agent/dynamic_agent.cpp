@@ -11,6 +11,7 @@
 #include "agent/round.hpp"
 #include "control/control_block.hpp"
 #include "elasticrun/errors.hpp"
+#include "events/types.hpp"
 #include "rendezvous/heartbeat.hpp"
 #include "util/logging.hpp"
 
@@ -48,7 +49,9 @@ std::unique_ptr<EmbeddedStore> maybe_host_store(const AgentConfig& c) {
 class DynamicAgent {
  public:
   DynamicAgent(const AgentConfig& c, const NodeContext& node)
-      : config_(c), node_(node), rc_(c.rdzv) {}
+      : config_(c), node_(node), rc_(c.rdzv) {
+    rc_.events = node.events;
+  }
 
   int run() {
     rdzv_store_ = maybe_host_store(config_);
@@ -91,6 +94,7 @@ class DynamicAgent {
         if (node_.warm) node_.warm->renew();
       }
       const Assignment a = start_round(place);
+      record_round_start(place, a);
       Round round(config_, rc_, place, node_.control, *courier_, beat_, node_.gpu);
       AttemptResult r = run_attempt(config_, node_, a, attempt, round, &round.inbox());
       // What the attempt asked the courier to write (a failure's end
@@ -116,6 +120,11 @@ class DynamicAgent {
                     place.round);
         continue;
       }
+      node_.events->record(events::type::kRoundEnd, {{"round", place.round},
+                                                     {"kind", rendezvous::to_string(e->kind)},
+                                                     {"reason", e->reason},
+                                                     {"target", e->target},
+                                                     {"release", e->release}});
       if (e->kind == EndKind::kFail) {
         log_->error("the job failed on another node: {}", e->reason);
         return 1;
@@ -142,6 +151,18 @@ class DynamicAgent {
         "{} warm interpreter(s) ready after {} ms", ready,
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
             .count());
+  }
+
+  void record_round_start(const rendezvous::Assignment& place, const Assignment& a) {
+    node_.events->record(events::type::kRoundStart,
+                         {{"round", place.round},
+                          {"group_rank", place.group_rank},
+                          {"nodes", place.group_world_size},
+                          {"world_size", place.world_size},
+                          {"rank_offset", place.rank_offset},
+                          {"restart_count", a.restart_count},
+                          {"full_restart", place.full_restart},
+                          {"master", a.master_addr + ":" + std::to_string(a.master_port)}});
   }
 
   // Where this node's workers sit in the new round; group rank 0 hosts a

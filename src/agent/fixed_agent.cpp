@@ -10,6 +10,7 @@
 #include "agent/static_restart.hpp"
 #include "elasticrun/errors.hpp"
 #include "elasticrun/store_client.hpp"
+#include "events/types.hpp"
 #include "util/logging.hpp"
 
 namespace elasticrun::agent {
@@ -56,7 +57,7 @@ class FixedRound final : public MonitoredRound {
  public:
   FixedRound(const AgentConfig& config, const NodeContext& node, StaticRestarts* restarts,
              int attempt)
-      : MonitoredRound(config, node.control, node.gpu),
+      : MonitoredRound(config, node.control, node.gpu, *node.events),
         config_(config),
         node_(node),
         restarts_(restarts),
@@ -117,6 +118,9 @@ health::RestartDecision decide_restart(const AgentConfig& config, const NodeCont
         std::chrono::time_point_cast<std::chrono::milliseconds>(std::chrono::system_clock::now()));
     if (restarts) restarts->publish_decision(restart, d);
   }
+  node.events->record(
+      events::type::kRestartDecision,
+      {{"restart_count", restart}, {"action", health::to_string(d.action)}, {"reason", d.reason}});
   if (d.action == health::RestartAction::kFullJob) {
     util::logger("agent")->warn("a full-job restart: {}", d.reason);
     if (node.warm) node.warm->renew();
@@ -185,6 +189,14 @@ int run_fixed(const AgentConfig& config, const NodeContext& node) {
       }
     }
 
+    node.events->record(events::type::kRoundStart,
+                        {{"round", restart},
+                         {"group_rank", a.group_rank},
+                         {"nodes", a.group_world_size},
+                         {"world_size", a.world_size},
+                         {"rank_offset", a.rank_offset},
+                         {"restart_count", restart},
+                         {"master", a.master_addr + ":" + std::to_string(a.master_port)}});
     FixedRound round(config, node, restarts.get(), restart);
     Inbox inbox;
     std::unique_ptr<StaticRestarts::Watch> watch;

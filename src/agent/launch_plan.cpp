@@ -259,6 +259,8 @@ AgentConfig plan_agent(const cli::LaunchConfig& c, const Environment& env) {
   a.duplicate_stdout_filters = c.duplicate_stdout_filters;
   a.duplicate_stderr_filters = c.duplicate_stderr_filters;
   a.notes = c.notes;
+  a.event_log.path = c.event_log;
+  a.event_log.console = c.event_log_handler == "console";
   a.progress = plan_progress(c.health);
   // Compiled here, so that a pattern RE2 refuses exits 2 before anything starts.
   if (!c.health.log_rules.empty()) {
@@ -290,6 +292,18 @@ AgentConfig plan_agent(const cli::LaunchConfig& c, const Environment& env) {
   // The worker SDK reads per-world-size overrides from the job config file.
   if (c.elastic.config_file) a.worker_env["ELASTICRUN_CONFIG_FILE"] = *c.elastic.config_file;
   plan_rendezvous(c, a);
+  // The event log's lines name the agent as its heartbeat does; a fixed
+  // job's agent has no heartbeat, and gets an id made the same way.
+  if (a.dynamic) {
+    a.event_log.node_id = a.rdzv.node_id;
+    a.event_log.host = a.rdzv.host;
+  } else {
+    char name[256] = {};
+    ::gethostname(name, sizeof(name) - 1);
+    a.event_log.host = c.local_addr.value_or(name);
+    a.event_log.node_id =
+        a.event_log.host + "-" + std::to_string(::getpid()) + "-" + random_token();
+  }
   return a;
 }
 

@@ -5,9 +5,13 @@ namespace elasticrun::agent {
 void MonitoredRound::attempt_started(AttemptControl& control) {
   attempt_ = &control;
   health_.emplace(config_, block_, config_.nproc_per_node, std::chrono::steady_clock::now(), gpu_);
+  if (block_ && events_.enabled()) {
+    progress_.emplace(*block_, events_, control.restart_count(), control.rank_offset());
+  }
 }
 
 void MonitoredRound::tick(std::chrono::steady_clock::time_point now) {
+  if (progress_) progress_->tick(now);
   if (!health_ || !attempt_) return;
   if (auto fault = health_->tick(now, attempt_->workers())) attempt_->report_fault(*fault);
 }

@@ -2,7 +2,7 @@
 // job's rounds (fixed_agent) and the dynamic ones (round): each attempt gets
 // a HealthWatch, ticked every --monitor-interval and fed the output lines
 // the log rules read, and the node's GPU health; its fault goes to the
-// attempt (report_fault).
+// attempt (report_fault). The workers' progress goes to the event log.
 #pragma once
 
 #include <optional>
@@ -10,15 +10,17 @@
 
 #include "agent/attempt.hpp"
 #include "agent/health_watch.hpp"
+#include "agent/progress_events.hpp"
 
 namespace elasticrun::agent {
 
 class MonitoredRound : public AttemptDelegate {
  public:
-  // `gpu`: the node's GPU health, or null.
-  MonitoredRound(const AgentConfig& config, const control::ControlBlock* block,
-                 GpuWatch* gpu = nullptr)
-      : config_(config), block_(block), gpu_(gpu) {}
+  // `gpu`: the node's GPU health, or null. `events`: where the workers'
+  // progress and sections are recorded.
+  MonitoredRound(const AgentConfig& config, const control::ControlBlock* block, GpuWatch* gpu,
+                 events::EventLog& events)
+      : config_(config), block_(block), gpu_(gpu), events_(events) {}
 
   void attempt_started(AttemptControl& control) override;
   void tick(std::chrono::steady_clock::time_point now) override;
@@ -34,6 +36,8 @@ class MonitoredRound : public AttemptDelegate {
   GpuWatch* gpu_;
   AttemptControl* attempt_ = nullptr;
   std::optional<HealthWatch> health_;
+  events::EventLog& events_;
+  std::optional<ProgressEvents> progress_;  // with a control block and an event log
 };
 
 }  // namespace elasticrun::agent

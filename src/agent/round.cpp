@@ -6,6 +6,7 @@
 
 #include "elastic/policy.hpp"
 #include "elasticrun/errors.hpp"
+#include "events/types.hpp"
 #include "util/logging.hpp"
 
 namespace elasticrun::agent {
@@ -56,7 +57,7 @@ std::string describe(const EndRecord& r) {
 Round::Round(const AgentConfig& config, const rendezvous::RendezvousConfig& rc,
              const rendezvous::Assignment& place, control::ControlBlock* control, Courier& courier,
              rendezvous::BeatProgress& beat, GpuWatch* gpu)
-    : MonitoredRound(config, control, gpu),
+    : MonitoredRound(config, control, gpu, *rc.events),
       config_(config),
       rc_(rc),
       place_(place),
@@ -195,8 +196,8 @@ void Round::tick(std::chrono::steady_clock::time_point now) {
 // Ends the round for everyone (unless someone else did first), on the courier.
 void Round::end_round(EndRecord record, std::string log_line, std::string blame, bool exclude_now) {
   courier_.post([round = place_.round, record = std::move(record), log_line = std::move(log_line),
-                 blame = std::move(blame), exclude_now, host = rc_.host,
-                 policy = rc_.exclusion](rendezvous::Rendezvous& r) {
+                 blame = std::move(blame), exclude_now, host = rc_.host, policy = rc_.exclusion,
+                 events = rc_.events](rendezvous::Rendezvous& r) {
     auto log = util::logger("agent");
     try {
       const EndRecord now = r.end_round(round, record);
@@ -217,6 +218,8 @@ void Round::end_round(EndRecord record, std::string log_line, std::string blame,
       });
       if (excluded) {
         log->warn("this node ({}) is excluded from the job for a cooldown: {}", host, blame);
+        events->record(events::type::kNodeExcluded,
+                       {{"round", round}, {"node_host", host}, {"reason", blame}});
       }
     } catch (const Error& e) {
       log->error("cannot tell the other nodes that {}: {}", log_line, e.what());
@@ -271,6 +274,8 @@ void Round::fail(const std::string& what) {
 // A handled signal reached the agent: this node is going away (a spot
 // notice, a preemption). The others continue without it.
 bool Round::on_signal(int signo) {
+  rc_.events->record(events::type::kLeave,
+                     {{"round", place_.round}, {"signal", supervisor::signal_name(signo)}});
   courier_.post([round = place_.round, members = place_.group_world_size, rc = rc_,
                  policy = config_.policy,
                  signal = supervisor::signal_name(signo)](rendezvous::Rendezvous& r) {

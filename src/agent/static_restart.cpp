@@ -66,10 +66,8 @@ void StaticRestarts::request_restart(int attempt, const std::string& reason) {
 }
 
 void StaticRestarts::publish_decision(int attempt, const health::RestartDecision& d) {
-  const char* word = d.action == health::RestartAction::kInPlace   ? "in_place"
-                     : d.action == health::RestartAction::kFullJob ? "full"
-                                                                   : "fail";
-  client_.set(attempt_key(attempt, "decision"), std::string(word) + " " + d.reason);
+  client_.set(attempt_key(attempt, "decision"),
+              std::string(health::to_string(d.action)) + " " + d.reason);
 }
 
 health::RestartDecision StaticRestarts::decision(int attempt) {
@@ -91,9 +89,10 @@ health::RestartDecision StaticRestarts::decision(int attempt) {
   const size_t sp = v.find(' ');
   const std::string word = v.substr(0, sp);
   const std::string reason = sp == std::string::npos ? "" : v.substr(sp + 1);
-  if (word == "in_place") return {health::RestartAction::kInPlace, reason};
-  if (word == "full") return {health::RestartAction::kFullJob, reason};
-  if (word == "fail") return {health::RestartAction::kFail, reason};
+  for (auto action : {health::RestartAction::kInPlace, health::RestartAction::kFullJob,
+                      health::RestartAction::kFail}) {
+    if (word == health::to_string(action)) return {action, reason};
+  }
   throw StoreError("malformed restart decision '" + v + "' under " + key);
 }
 

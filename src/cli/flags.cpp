@@ -95,8 +95,12 @@ const std::vector<FlagSpec> kFlags = {
        c.start_method = r.text;
      }},
     {Flag::kEventLogHandler, "", "--event-log-handler", kValue, kEnv, kTorch, "NAME", "null",
-     "Accepted for compatibility: torchrun's event handlers are Python plugins.",
-     set_text<&LaunchConfig::event_log_handler>},
+     "console: every event of the agent as a JSON line on stderr (--event-log writes them to a "
+     "file); null, dynamic_rendezvous: none, as under torchrun.",
+     [](LaunchConfig& c, const Raw& r) {
+       check_choice(r, {"null", "console", "dynamic_rendezvous"});
+       c.event_log_handler = r.text;
+     }},
     {Flag::kRole, "", "--role", kValue, kEnv, kTorch, "ROLE", "default",
      "Role of the workers: ROLE_NAME in their environment and the console line prefix.",
      set_text<&LaunchConfig::role>},
@@ -236,6 +240,10 @@ const std::vector<FlagSpec> kFlags = {
      "(unchanged: as __main__, with its argv, environment and streams), so a restart skips "
      "the interpreter's start and `import torch` (docs/warm-start.md).",
      set_switch<&LaunchConfig::warm_start>},
+    {Flag::kEventLog, "", "--event-log", kValue, kNoEnv, kElastic, "FILE", "",
+     "Append every decision and event of this agent to FILE, one JSON object a line "
+     "(docs/events.md); the leader's is the job's history.",
+     set_text<&LaunchConfig::event_log>},
     {Flag::kWarmStartImports, "", "--warm-start-imports", kValue, kNoEnv, kElastic, "MODULES",
      "torch,torch._dynamo",
      "Modules the warm interpreters import ahead, comma-separated (DDP, FSDP and torch.compile "

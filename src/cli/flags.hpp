@@ -80,6 +80,7 @@ enum class Flag {
   kConfig,
   kWarmStart,
   kWarmStartImports,
+  kEventLog,
   kHangTimeout,
   kStartupTimeout,
   kNonFiniteLoss,

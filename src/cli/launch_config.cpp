@@ -388,6 +388,7 @@ std::string to_json(const LaunchConfig& c) {
       {"monitor_interval", c.monitor_interval},
       {"start_method", c.start_method},
       {"event_log_handler", c.event_log_handler},
+      {"event_log", c.event_log},
       {"role", c.role},
       {"module", c.module},
       {"no_python", c.no_python},

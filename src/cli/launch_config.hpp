@@ -68,7 +68,8 @@ struct LaunchConfig {
   int max_restarts = 0;
   double monitor_interval = 0.1;  // seconds
   std::string start_method = "spawn";
-  std::string event_log_handler = "null";
+  std::string event_log_handler = "null";  // "console": events to stderr too
+  std::string event_log;                   // --event-log FILE; empty: none
   std::string role = "default";
 
   // --- How the command is built: `python -u [-m] script args`, or the script itself.

@@ -166,9 +166,6 @@ void derive_notes(LaunchConfig& c, const Given& g) {
   if (given(g, Flag::kStartMethod)) {
     note(Flag::kStartMethod, "ignored; elasticrun always starts workers with fork and exec");
   }
-  if (c.event_log_handler != "null") {
-    note(Flag::kEventLogHandler, "ignored; torchrun's event handlers are Python plugins");
-  }
   if (c.logs_specs) {
     note(Flag::kLogsSpecs,
          "ignored; LogsSpecs plugins are Python entry points, elasticrun keeps torchrun's "

@@ -124,7 +124,9 @@ std::string outcome(StoreClient& job, const Request& r, const Ticket& t) {
     }
   }
   auto size_of = [&](uint64_t n) {
-    const auto members = get_if_present(job, keys::members(n));
+    const auto closed = get_if_present(job, keys::closed(n));
+    const auto c = closed ? rendezvous::Closed::parse(*closed) : std::nullopt;
+    const auto members = c ? get_if_present(job, keys::members(n, c->closer)) : std::nullopt;
     return nodes(members ? static_cast<int>(rendezvous::parse_members(*members).size()) : 0);
   };
   if (end) {

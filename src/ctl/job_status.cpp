@@ -90,7 +90,7 @@ void read_members(StoreClient& c, JobStatus& s) {
               [](const MemberInfo& a, const MemberInfo& b) { return a.group_rank < b.group_rank; });
     return;
   }
-  if (auto list = read_one(c, keys::members(round))) {
+  if (auto list = read_one(c, keys::members(round, closed->closer))) {
     int rank = 0;
     for (auto& member : rendezvous::parse_member_list(*list)) {
       MemberInfo m;

@@ -16,6 +16,18 @@
 
 namespace elasticrun::health {
 
+const char* to_string(RestartAction action) {
+  switch (action) {
+    case RestartAction::kInPlace:
+      return "in_place";
+    case RestartAction::kFullJob:
+      return "full";
+    case RestartAction::kFail:
+      return "fail";
+  }
+  return "fail";
+}
+
 namespace {
 
 using Millis = std::chrono::milliseconds;

@@ -40,6 +40,9 @@ enum class RestartAction {
   kFullJob,  // a full-job restart: the caller discards per-node state
   kFail,     // no restart left: the job fails
 };
+// "in_place", "full", "fail": the names the static restarts' decision key
+// and the event log use.
+const char* to_string(RestartAction action);
 
 struct RestartDecision {
   RestartAction action = RestartAction::kFail;

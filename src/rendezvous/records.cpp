@@ -76,8 +76,8 @@ std::string arrivals(uint64_t round) {
 std::string closed(uint64_t round) {
   return round_key(round, "closed");
 }
-std::string members(uint64_t round) {
-  return round_key(round, "members");
+std::string members(uint64_t round, int64_t closer) {
+  return round_key(round, "members/" + std::to_string(closer));
 }
 std::string master(uint64_t round) {
   return round_key(round, "master");

@@ -53,9 +53,13 @@ std::string assignment(int64_t closer, int64_t index);
 // The other keys of round n, each named once.
 std::string join(uint64_t round, int64_t index);  // round_key(round, join_record(index))
 std::string placement(uint64_t round, int64_t closer, int64_t index);  // ... assignment(...)
-std::string arrivals(uint64_t round);                 // ADD: arrival indices handed out
-std::string closed(uint64_t round);                   // Closed or ClosedWithout
-std::string members(uint64_t round);                  // MemberList
+std::string arrivals(uint64_t round);  // ADD: arrival indices handed out
+std::string closed(uint64_t round);    // Closed or ClosedWithout
+// MemberList, written by the closer of arrival index `closer` before it
+// closed the round (as its placements): a closer that dies between its
+// COMPARE_SET of `closed` and any later write leaves a round whose members
+// can still be read.
+std::string members(uint64_t round, int64_t closer);
 std::string master(uint64_t round);                   // MasterAddress
 std::string target(uint64_t round);                   // RoundTarget, set by the round before's end
 std::string end(uint64_t round);                      // EndRecord

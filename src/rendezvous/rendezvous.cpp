@@ -5,6 +5,7 @@
 #include <sstream>
 #include <thread>
 
+#include "events/types.hpp"
 #include "rendezvous/heartbeat.hpp"
 #include "util/deadline.hpp"
 #include "util/logging.hpp"
@@ -321,11 +322,12 @@ void Rendezvous::close_round(uint64_t round, int64_t my_index) {
       member_list.push_back(Member{recs[i].record.node_id, recs[i].record.host});
     }
   }
-  // Assignments first: whoever sees `closed` finds its own. Only the winner
-  // of the close writes `members`.
+  // Assignments and the member list first, under this closer's index:
+  // whoever sees `closed` finds them, even when this agent dies right after.
+  assign_keys.push_back(keys::members(round, my_index));
+  assign_values.push_back(serialize_members(member_list));
   client_.multi_set(assign_keys, assign_values);
   if (!close()) return;
-  client_.set(keys::members(round), serialize_members(member_list));
   log->info("round {} closed: {} member(s), {} spare(s), world size {}", round, members,
             count - members, world);
 }
@@ -434,6 +436,10 @@ std::optional<std::string> Rendezvous::account_failure(uint64_t round, int lost)
   health::RestartPolicy policy(config_.restart_policy, cap, state);
   const health::RestartDecision d = policy.on_failure(
       std::chrono::time_point_cast<std::chrono::milliseconds>(std::chrono::system_clock::now()));
+  config_.events->record(events::type::kRestartDecision, {{"round", round},
+                                                          {"action", health::to_string(d.action)},
+                                                          {"reason", d.reason},
+                                                          {"failure", prev.reason}});
   if (d.action == health::RestartAction::kFail) {
     if (!config_.restart_policy) {
       return prev.reason + "; --max-restarts " + std::to_string(config_.max_restarts) + " spent";

@@ -31,6 +31,7 @@
 
 #include "elastic/policy.hpp"
 #include "elasticrun/store_client.hpp"
+#include "events/event_log.hpp"
 #include "health/exclusion.hpp"
 #include "health/restart_policy.hpp"
 #include "health/straggler.hpp"
@@ -75,6 +76,9 @@ struct RendezvousConfig {
   Millis heartbeat_interval{std::chrono::seconds(1)};
   int missed_heartbeats = 5;
   Millis store_timeout{std::chrono::seconds(60)};
+  // Where the leader's observations and decisions, the closer's restart
+  // decisions and exclusions are recorded (the agent's event log).
+  events::EventLog* events = &events::EventLog::disabled();
 };
 
 // One node's place in a closed round.
@@ -120,6 +124,8 @@ class Rendezvous {
 
   // Members of a closed round in group-rank order (node ids).
   std::vector<std::string> members(uint64_t round);
+  // The same with each member's host (the key its exclusion goes by).
+  std::vector<Member> member_list(uint64_t round);
   // Agents waiting to join the round after `round` (spares included).
   int waiting_after(uint64_t round);
   // The same, counting only agents whose heartbeat is fresh: a spare that

@@ -39,8 +39,17 @@ std::optional<EndRecord> Rendezvous::wait_end(uint64_t round, Millis timeout) {
   return EndRecord::parse(client_.get(key));
 }
 
+std::vector<Member> Rendezvous::member_list(uint64_t round) {
+  const std::string value = client_.get(keys::closed(round));
+  const auto closed = Closed::parse(value);
+  if (!closed) throw StoreError("round " + std::to_string(round) + " has no members: " + value);
+  return parse_member_list(client_.get(keys::members(round, closed->closer)));
+}
+
 std::vector<std::string> Rendezvous::members(uint64_t round) {
-  return parse_members(client_.get(keys::members(round)));
+  std::vector<std::string> ids;
+  for (auto& m : member_list(round)) ids.push_back(std::move(m.node_id));
+  return ids;
 }
 
 int Rendezvous::waiting_after(uint64_t round) {

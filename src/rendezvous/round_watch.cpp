@@ -2,6 +2,7 @@
 
 #include <charconv>
 
+#include "events/types.hpp"
 #include "util/logging.hpp"
 
 namespace elasticrun::rendezvous {
@@ -76,7 +77,7 @@ void RoundWatch::run() {
     std::vector<Member> members;
     std::unique_ptr<elastic::Policy> policy;
     if (leader) {
-      members = parse_member_list(rdzv_->client().get(keys::members(a.round)));
+      members = rdzv_->member_list(a.round);
       elastic::PolicyState state;
       if (rdzv_->client().check({keys::kPolicyState})) {
         state = elastic::PolicyState::parse(rdzv_->client().get(keys::kPolicyState));
@@ -129,6 +130,13 @@ void RoundWatch::lead(const std::vector<Member>& members, elastic::Policy& polic
     if (heartbeat_stale(beats[i], now_ms, limit)) {
       ++o.lost;
       lost_names += (lost_names.empty() ? "" : ", ") + members[i].node_id;
+      if (reported_lost_.insert(members[i].node_id).second) {
+        c.events->record(events::type::kNodeLost,
+                         {{"round", round},
+                          {"node_id", members[i].node_id},
+                          {"node_host", members[i].host},
+                          {"silent_s", std::chrono::duration<double>(limit).count()}});
+      }
     } else if (const auto beat = HeartbeatRecord::try_parse(beats[i])) {
       samples.push_back({members[i].host, beat->step, beat->compute_us});
     }
@@ -136,6 +144,12 @@ void RoundWatch::lead(const std::vector<Member>& members, elastic::Policy& polic
   if (o.lost == 0 && end_for_straggler(samples, static_cast<int>(members.size()))) return;
   o.waiting = rdzv_->live_waiting_after(round);
   o.leaving = rdzv_->leaving(round);
+  if (o.waiting != seen_waiting_ || o.leaving != seen_leaving_) {
+    c.events->record(events::type::kWaiting,
+                     {{"round", round}, {"waiting", o.waiting}, {"leaving", o.leaving}});
+    seen_waiting_ = o.waiting;
+    seen_leaving_ = o.leaving;
+  }
   // Operator requests: elasticctl writes one, then bumps ctl/seq; the
   // leader remembers in ctl/handled what it has acted on, so a new leader
   // neither misses nor repeats one. A request counts as handled only when
@@ -152,6 +166,12 @@ void RoundWatch::lead(const std::vector<Member>& members, elastic::Policy& polic
     release_total = store.add(keys::kReleaseRequest, 0);
     release_done = store.add(keys::kReleaseDone, 0);
     o.release_request = static_cast<int>(std::max<int64_t>(0, release_total - release_done));
+    if (seq != seen_request_seq_) {
+      seen_request_seq_ = seq;
+      nlohmann::json fields = {{"round", round}, {"release", o.release_request}};
+      if (o.scale_request) fields["scale"] = *o.scale_request;
+      c.events->record(events::type::kOperatorRequest, std::move(fields));
+    }
   }
   const elastic::PolicyState before = policy.state();
   const elastic::Decision d = policy.decide(o);
@@ -165,6 +185,16 @@ void RoundWatch::lead(const std::vector<Member>& members, elastic::Policy& polic
     log->info("round {}: ending the round: {} -> {} member(s): {}", round, to_string(r.kind),
               r.target, r.reason);
     took_effect = rdzv_->end_round(round, r).serialize() == r.serialize();
+    c.events->record(events::type::kPolicyDecision, {{"round", round},
+                                                     {"kind", to_string(r.kind)},
+                                                     {"nodes", o.current},
+                                                     {"target", r.target},
+                                                     {"release", r.release},
+                                                     {"lost", o.lost},
+                                                     {"waiting", o.waiting},
+                                                     {"leaving", o.leaving},
+                                                     {"reason", r.reason},
+                                                     {"took_effect", took_effect}});
   }
   if (!took_effect) return;
   if (!(policy.state() == before)) store.set(keys::kPolicyState, policy.state().serialize());
@@ -199,6 +229,8 @@ bool RoundWatch::end_for_straggler(const std::vector<health::NodeSample>& sample
     s.exclude(verdict->host, now_unix_ms(), c.exclusion, why);
     return true;
   });
+  c.events->record(events::type::kNodeExcluded,
+                   {{"round", round}, {"node_host", verdict->host}, {"reason", why}});
   EndRecord r;
   r.kind = EndKind::kReplace;
   r.target = current;

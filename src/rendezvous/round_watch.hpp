@@ -17,6 +17,8 @@
 
 #include <atomic>
 #include <memory>
+#include <set>
+#include <string>
 #include <thread>
 
 #include "elastic/policy.hpp"
@@ -63,6 +65,11 @@ class RoundWatch {
   std::unique_ptr<Rendezvous> rdzv_;     // the thread's own connection
   health::StragglerDetector straggler_;  // the leader's, over this round
   bool straggler_kept_ = false;          // warned that a straggler stays
+  // What the leader last recorded in the event log, so that each change is
+  // recorded once rather than every heartbeat interval.
+  std::set<std::string> reported_lost_;
+  int seen_waiting_ = 0, seen_leaving_ = 0;
+  int64_t seen_request_seq_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

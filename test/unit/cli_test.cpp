@@ -42,6 +42,7 @@ bool is_uuid4(const std::string& s) {
 // A value for each flag that differs from its default.
 const std::map<Flag, std::string> kSample = {
     {Flag::kWarmStartImports, "torch,numpy"},
+    {Flag::kEventLog, "events.jsonl"},
     {Flag::kHangTimeout, "120"},
     {Flag::kStartupTimeout, "600"},
     {Flag::kNonFiniteLoss, "off"},
@@ -162,6 +163,7 @@ TEST_CASE("the flag table holds every torchrun 2.15 flag, hyperpodrun's extras a
                                           "config",
                                           "warm_start",
                                           "warm_start_imports",
+                                          "event_log",
                                           "hang_timeout",
                                           "startup_timeout",
                                           "non_finite_loss",
@@ -559,16 +561,25 @@ TEST_CASE("numbers are read like Python's int() and float()", "[cli]") {
 }
 
 TEST_CASE("flags that do not apply are accepted with a one-line note each", "[cli]") {
-  const auto c = parse({"--start-method", "fork", "--event-log-handler", "console", "--logs-specs",
-                        "x", "--server-host", "h", "--server-port", "1", "t.py"});
-  REQUIRE(c.notes.size() == 5);
+  const auto c = parse({"--start-method", "fork", "--logs-specs", "x", "--server-host", "h",
+                        "--server-port", "1", "t.py"});
+  REQUIRE(c.notes.size() == 4);
   CHECK_THAT(c.notes[0], Contains("--start-method") && Contains("fork"));
-  CHECK_THAT(c.notes[3], Contains("HTTP control API"));
+  CHECK_THAT(c.notes[2], Contains("HTTP control API"));
   const auto r = parse({"--run-path", "--no-python", "-m", "t.py"});
   CHECK_FALSE(r.no_python);
   CHECK_FALSE(r.module);
   CHECK(r.notes.size() == 2);  // --no-python and -m give way to --run-path
   CHECK(parse({"--node-rank", "1", "--rdzv-backend", "c10d", "t.py"}).notes.size() == 1);
+}
+
+TEST_CASE("--event-log-handler takes torchrun's handler names; console writes the events",
+          "[cli]") {
+  CHECK(parse({"--event-log-handler", "console", "t.py"}).event_log_handler == "console");
+  CHECK(parse({"--event-log-handler", "dynamic_rendezvous", "t.py"}).notes.empty());
+  CHECK(parse({"--event-log", "e.jsonl", "t.py"}).event_log == "e.jsonl");
+  REQUIRE_THROWS_WITH(parse({"--event-log-handler", "file", "t.py"}),
+                      Contains("--event-log-handler") && Contains("console"));
 }
 
 TEST_CASE("shutdown timeout and line prefix fall back to torchrun's variables", "[cli]") {

@@ -18,6 +18,8 @@ struct RecordingControl final : AttemptControl {
   void request_stop(const std::string& reason) override { stops.push_back(reason); }
   void report_fault(const elasticrun::health::Fault& f) override { stops.push_back(f.describe()); }
   const elasticrun::supervisor::WorkerGroup& workers() const override { return group; }
+  int rank_offset() const override { return 0; }
+  int restart_count() const override { return 0; }
 };
 
 // A loop with the inbox attached, run until `want` messages have run.
