@@ -10,10 +10,12 @@
 #include "agent/attempt.hpp"
 #include "agent/dynamic_agent.hpp"
 #include "agent/fixed_agent.hpp"
+#include "agent/job_control.hpp"
 #include "agent/worker_env.hpp"
 #include "control/control_block.hpp"
 #include "elasticrun/errors.hpp"
 #include "events/types.hpp"
+#include "serve/http_server.hpp"
 #include "supervisor/cgroup.hpp"
 #include "supervisor/death_watch.hpp"
 #include "supervisor/spawn.hpp"
@@ -75,16 +77,28 @@ nlohmann::json agent_start_fields(const AgentConfig& c) {
 }
 
 // Opened before anything starts: a log that cannot be written is bad input.
-std::unique_ptr<events::EventLog> open_event_log(const AgentConfig& c) {
-  if (c.event_log.path.empty() && !c.event_log.console) return nullptr;
+std::unique_ptr<events::EventLog> open_event_log(const AgentConfig& c,
+                                                 std::vector<events::EventObserver*> observers) {
+  if (c.event_log.path.empty() && !c.event_log.console && observers.empty()) return nullptr;
   try {
-    return std::make_unique<events::EventLog>(c.event_log);
+    return std::make_unique<events::EventLog>(c.event_log, std::move(observers));
   } catch (const Error& e) {
     throw ConfigError(std::string("--event-log: ") + e.what());
   }
 }
 
-int run_node(const AgentConfig& config, events::EventLog& events) {
+// What --server-port / --metrics-port serve, made before anything starts:
+// a port that cannot be bound is bad input too.
+struct Serving {
+  std::unique_ptr<serve::AgentMetrics> metrics;
+  std::unique_ptr<AgentJobControl> control;
+  std::vector<events::EventObserver*> observers() const {
+    if (!metrics) return {};
+    return {metrics.get(), control.get()};
+  }
+};
+
+int run_node(const AgentConfig& config, events::EventLog& events, Serving& serving) {
   auto log = util::logger("agent");
   for (const auto& note : config.notes) log->info("{}", note);
   // First of all: a node that cannot bind its workers fails on its own, at
@@ -117,6 +131,7 @@ int run_node(const AgentConfig& config, events::EventLog& events) {
 
   NodeContext node;
   node.events = &events;
+  node.metrics = serving.metrics.get();
   node.watch = &watch;
   node.job_cgroup = &job_cgroup;
   node.run_dir = make_run_dir(config);
@@ -153,6 +168,7 @@ int run_node(const AgentConfig& config, events::EventLog& events) {
     if (!config.dynamic) control->set_agent_flags(control::kAgentFixed);
     node.base["ELASTICRUN_CONTROL_FILE"] = control->path();
     node.control = control.get();
+    if (serving.control) serving.control->set_block(control.get());
   } else {
     log->warn("{}; workers will not see scale events in advance, and their progress is not watched",
               cb.status().message());
@@ -164,6 +180,13 @@ int run_node(const AgentConfig& config, events::EventLog& events) {
       if (block) (void)block->unlink();
     }
   } unlink{control.get()};
+  // The API stops reading the block before it goes.
+  struct Unshare {
+    AgentJobControl* api;
+    ~Unshare() {
+      if (api) api->set_block(nullptr);
+    }
+  } unshare{serving.control.get()};
   return config.dynamic ? run_dynamic(config, node) : run_fixed(config, node);
 }
 
@@ -171,10 +194,29 @@ int run_node(const AgentConfig& config, events::EventLog& events) {
 
 int run_agent(const AgentConfig& config) {
   auto log = util::logger("agent");
-  const std::unique_ptr<events::EventLog> event_log = open_event_log(config);
+  Serving serving;
+  if (config.serve_port) {
+    serving.metrics =
+        std::make_unique<serve::AgentMetrics>(config.dynamic ? config.rdzv.run_id : config.run_id,
+                                              config.event_log.host, config.nproc_per_node);
+    serving.control = std::make_unique<AgentJobControl>(config);
+  }
+  const std::unique_ptr<events::EventLog> event_log = open_event_log(config, serving.observers());
   events::EventLog& events = event_log ? *event_log : events::EventLog::disabled();
+  std::unique_ptr<serve::HttpServer> server;
+  if (config.serve_port) {
+    try {
+      server = std::make_unique<serve::HttpServer>(
+          serve::ServerOptions{config.serve_host, *config.serve_port}, serving.metrics.get(),
+          serving.control.get());
+    } catch (const NetworkError& e) {
+      throw ConfigError(std::string("--server-port/--metrics-port: ") + e.what());
+    }
+    log->info("serving metrics and the HTTP API on http://{}:{} (/metrics, /status)",
+              server->host(), server->port());
+  }
   events.record(events::type::kAgentStart, agent_start_fields(config));
-  const int code = run_node(config, events);
+  const int code = run_node(config, events, serving);
   events.record(events::type::kAgentEnd, {{"exit_code", code}});
   return code;
 }

@@ -116,6 +116,10 @@ struct AgentConfig {
   // The event log (docs/events.md): --event-log's file, whether each line
   // also goes to stderr (--event-log-handler console), this agent's node id.
   events::LogOptions event_log;
+  // The HTTP server of /metrics and the control API (docs/api.md):
+  // --server-port or --metrics-port on --server-host; no port: none.
+  std::optional<int> serve_port;
+  std::string serve_host = "127.0.0.1";
   // One-line notes printed once before the workers start.
   std::vector<std::string> notes;
   // Set in every worker's (and hook's) environment on top of the agent's own.

@@ -25,6 +25,7 @@
 #include "agent/worker_env.hpp"
 #include "control/control_block.hpp"
 #include "health/fault.hpp"
+#include "serve/metrics.hpp"
 #include "supervisor/cgroup.hpp"
 #include "supervisor/death_watch.hpp"
 #include "supervisor/log_pump.hpp"
@@ -146,6 +147,8 @@ struct NodeContext {
   // The agent's event log (docs/events.md); never null (a disabled one
   // records nothing).
   events::EventLog* events = &events::EventLog::disabled();
+  // The node's Prometheus metrics, or null where the agent serves none.
+  serve::AgentMetrics* metrics = nullptr;
 };
 
 struct AttemptResult {

@@ -95,7 +95,7 @@ class DynamicAgent {
       }
       const Assignment a = start_round(place);
       record_round_start(place, a);
-      Round round(config_, rc_, place, node_.control, *courier_, beat_, node_.gpu);
+      Round round(config_, rc_, place, node_.control, *courier_, beat_, node_.gpu, node_.metrics);
       AttemptResult r = run_attempt(config_, node_, a, attempt, round, &round.inbox());
       // What the attempt asked the courier to write (a failure's end
       // record) is in the store before this node looks at the round's end.

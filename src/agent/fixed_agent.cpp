@@ -57,7 +57,7 @@ class FixedRound final : public MonitoredRound {
  public:
   FixedRound(const AgentConfig& config, const NodeContext& node, StaticRestarts* restarts,
              int attempt)
-      : MonitoredRound(config, node.control, node.gpu, *node.events),
+      : MonitoredRound(config, node.control, node.gpu, *node.events, node.metrics),
         config_(config),
         node_(node),
         restarts_(restarts),

@@ -261,6 +261,8 @@ AgentConfig plan_agent(const cli::LaunchConfig& c, const Environment& env) {
   a.notes = c.notes;
   a.event_log.path = c.event_log;
   a.event_log.console = c.event_log_handler == "console";
+  a.serve_port = c.serve_port;
+  a.serve_host = c.server_host;
   a.progress = plan_progress(c.health);
   // Compiled here, so that a pattern RE2 refuses exits 2 before anything starts.
   if (!c.health.log_rules.empty()) {

@@ -6,7 +6,7 @@ void MonitoredRound::attempt_started(AttemptControl& control) {
   attempt_ = &control;
   health_.emplace(config_, block_, config_.nproc_per_node, std::chrono::steady_clock::now(), gpu_);
   if (block_ && events_.enabled()) {
-    progress_.emplace(*block_, events_, control.restart_count(), control.rank_offset());
+    progress_.emplace(*block_, events_, metrics_, control.restart_count(), control.rank_offset());
   }
 }
 

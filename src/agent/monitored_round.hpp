@@ -17,10 +17,10 @@ namespace elasticrun::agent {
 class MonitoredRound : public AttemptDelegate {
  public:
   // `gpu`: the node's GPU health, or null. `events`: where the workers'
-  // progress and sections are recorded.
+  // progress and sections are recorded; `metrics`: the node's, or null.
   MonitoredRound(const AgentConfig& config, const control::ControlBlock* block, GpuWatch* gpu,
-                 events::EventLog& events)
-      : config_(config), block_(block), gpu_(gpu), events_(events) {}
+                 events::EventLog& events, serve::AgentMetrics* metrics)
+      : config_(config), block_(block), gpu_(gpu), events_(events), metrics_(metrics) {}
 
   void attempt_started(AttemptControl& control) override;
   void tick(std::chrono::steady_clock::time_point now) override;
@@ -37,6 +37,7 @@ class MonitoredRound : public AttemptDelegate {
   AttemptControl* attempt_ = nullptr;
   std::optional<HealthWatch> health_;
   events::EventLog& events_;
+  serve::AgentMetrics* metrics_;            // null: none served
   std::optional<ProgressEvents> progress_;  // with a control block and an event log
 };
 

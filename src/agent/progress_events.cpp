@@ -7,9 +7,10 @@
 namespace elasticrun::agent {
 
 ProgressEvents::ProgressEvents(const control::ControlBlock& block, events::EventLog& events,
-                               int restart_count, int rank_offset)
+                               serve::AgentMetrics* metrics, int restart_count, int rank_offset)
     : block_(block),
       events_(events),
+      metrics_(metrics),
       restart_count_(restart_count),
       rank_offset_(rank_offset),
       sections_(static_cast<size_t>(block.num_slots())) {}
@@ -36,19 +37,34 @@ void ProgressEvents::tick(Clock::time_point now) {
     if (in && !open) open = OpenSection{s.section, now};
   }
 
-  if (last_sample_ && now - *last_sample_ < events::type::kProgressInterval) return;
-  nlohmann::json steps = nlohmann::json::array();
   int64_t max_step = -1;
   double tokens = 0;
   bool any_tokens = false;
+  std::vector<int64_t> step_list;
   for (const auto& s : slots) {
-    steps.push_back(s.step);
+    step_list.push_back(s.step);
     max_step = std::max(max_step, s.step);
     if (std::isfinite(s.tokens_per_s)) {
       tokens += s.tokens_per_s;
       any_tokens = true;
     }
   }
+  if (metrics_) {
+    double step_s = NAN;
+    const int64_t s0 = step_list.empty() ? -1 : step_list[0];
+    if (s0 > rank0_step_) {
+      if (rank0_since_ && rank0_step_ >= 0) {
+        step_s = std::chrono::duration<double>(now - *rank0_since_).count() /
+                 static_cast<double>(s0 - rank0_step_);
+      }
+      rank0_step_ = s0;
+      rank0_since_ = now;
+    }
+    metrics_->observe_steps(step_list, step_s, any_tokens ? tokens : NAN);
+  }
+
+  if (last_sample_ && now - *last_sample_ < events::type::kProgressInterval) return;
+  nlohmann::json steps = step_list;
   if (max_step < 0) return;  // nothing to say before the first step
   nlohmann::json fields = {
       {"restart_count", restart_count_}, {"rank_offset", rank_offset_}, {"steps", steps}};

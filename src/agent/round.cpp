@@ -56,8 +56,8 @@ std::string describe(const EndRecord& r) {
 
 Round::Round(const AgentConfig& config, const rendezvous::RendezvousConfig& rc,
              const rendezvous::Assignment& place, control::ControlBlock* control, Courier& courier,
-             rendezvous::BeatProgress& beat, GpuWatch* gpu)
-    : MonitoredRound(config, control, gpu, *rc.events),
+             rendezvous::BeatProgress& beat, GpuWatch* gpu, serve::AgentMetrics* metrics)
+    : MonitoredRound(config, control, gpu, *rc.events, metrics),
       config_(config),
       rc_(rc),
       place_(place),

@@ -38,7 +38,8 @@ class Round final : public MonitoredRound, public rendezvous::RoundListener {
   // `gpu`: the node's GPU health, or null.
   Round(const AgentConfig& config, const rendezvous::RendezvousConfig& rc,
         const rendezvous::Assignment& place, control::ControlBlock* control, Courier& courier,
-        rendezvous::BeatProgress& beat, GpuWatch* gpu = nullptr);
+        rendezvous::BeatProgress& beat, GpuWatch* gpu = nullptr,
+        serve::AgentMetrics* metrics = nullptr);
   ~Round() override;
 
   Inbox& inbox() { return *inbox_; }

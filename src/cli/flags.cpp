@@ -197,11 +197,13 @@ const std::vector<FlagSpec> kFlags = {
     {Flag::kPostTrainArgs, "", "--post-train-args", kValue, kEnv, kHyper, "ARGS", "",
      "Arguments of --post-train-script, like --pre-train-args.",
      set_words<&LaunchConfig::post_train_args>},
-    {Flag::kServerHost, "", "--server-host", kValue, kEnv, kHyper, "HOST", "0.0.0.0",
-     "Accepted, but the HTTP control API is not implemented yet.",
+    {Flag::kServerHost, "", "--server-host", kValue, kEnv, kHyper, "HOST", "127.0.0.1",
+     "Where --server-port (or --metrics-port) serves: loopback unless given (hyperpodrun binds "
+     "0.0.0.0; the API has no authentication yet).",
      set_text<&LaunchConfig::server_host>},
-    {Flag::kServerPort, "", "--server-port", kValue, kEnv, kHyper, "PORT", "8080",
-     "Accepted, but the HTTP control API is not implemented yet.",
+    {Flag::kServerPort, "", "--server-port", kValue, kEnv, kHyper, "PORT", "",
+     "Serve the Prometheus metrics and the HTTP control API (docs/api.md) on this port; 0: a "
+     "free one (the agent logs which). Not given: no server.",
      set_port<&LaunchConfig::server_port>},
     {Flag::kInprocessRestart, "", "--inprocess-restart", kSwitch, kEnv, kHyper, "", "",
      "Accepted; in-process restart is not implemented yet, failed workers restart as processes.",
@@ -244,6 +246,10 @@ const std::vector<FlagSpec> kFlags = {
      "Append every decision and event of this agent to FILE, one JSON object a line "
      "(docs/events.md); the leader's is the job's history.",
      set_text<&LaunchConfig::event_log>},
+    {Flag::kMetricsPort, "", "--metrics-port", kValue, kNoEnv, kElastic, "PORT", "",
+     "Serve Prometheus metrics on http://--server-host:PORT/metrics (docs/metrics.md), with the "
+     "HTTP control API; 0: a free port (the agent logs which).",
+     [](LaunchConfig& c, const Raw& r) { c.metrics_port = parse_port(r); }},
     {Flag::kWarmStartImports, "", "--warm-start-imports", kValue, kNoEnv, kElastic, "MODULES",
      "torch,torch._dynamo",
      "Modules the warm interpreters import ahead, comma-separated (DDP, FSDP and torch.compile "

@@ -81,6 +81,7 @@ enum class Flag {
   kWarmStart,
   kWarmStartImports,
   kEventLog,
+  kMetricsPort,
   kHangTimeout,
   kStartupTimeout,
   kNonFiniteLoss,

@@ -416,6 +416,8 @@ std::string to_json(const LaunchConfig& c) {
       {"post_train_args", c.post_train_args},
       {"server_host", c.server_host},
       {"server_port", c.server_port},
+      {"metrics_port", c.metrics_port ? nlohmann::json(*c.metrics_port) : nlohmann::json()},
+      {"serve_port", c.serve_port ? nlohmann::json(*c.serve_port) : nlohmann::json()},
       {"inprocess_restart", c.inprocess_restart},
       {"warm_start", c.warm_start},
       {"warm_start_imports", c.warm_start_imports},

@@ -109,8 +109,12 @@ struct LaunchConfig {
   std::vector<std::string> pre_train_args;
   std::optional<std::string> post_train_script;
   std::vector<std::string> post_train_args;
-  std::string server_host = "0.0.0.0";
-  int server_port = 8080;          // accepted; the HTTP control API comes later
+  std::string server_host = "127.0.0.1";
+  int server_port = 8080;           // hyperpodrun's default; served only when given
+  std::optional<int> metrics_port;  // --metrics-port
+  // Derived: where the agent serves /metrics and the HTTP API (--server-port
+  // or --metrics-port, on --server-host); nullopt: no server.
+  std::optional<int> serve_port;
   bool inprocess_restart = false;  // accepted; workers still restart as processes
   // --warm-start: Python workers run in interpreters started ahead that have
   // imported warm_start_imports already.

@@ -171,8 +171,19 @@ void derive_notes(LaunchConfig& c, const Given& g) {
          "ignored; LogsSpecs plugins are Python entry points, elasticrun keeps torchrun's "
          "default log layout");
   }
-  for (Flag id : {Flag::kServerHost, Flag::kServerPort}) {
-    if (given(g, id)) note(id, "accepted, but the HTTP control API is not implemented yet");
+  // One HTTP server per agent serves the metrics and the API.
+  if (given(g, Flag::kServerPort)) {
+    if (c.metrics_port && *c.metrics_port != c.server_port) {
+      throw ConfigError(origin(g, Flag::kMetricsPort) + " " + std::to_string(*c.metrics_port) +
+                        " and " + origin(g, Flag::kServerPort) + " " +
+                        std::to_string(c.server_port) +
+                        " disagree: one server serves the metrics and the API");
+    }
+    c.serve_port = c.server_port;
+  } else if (c.metrics_port) {
+    c.serve_port = c.metrics_port;
+  } else if (given(g, Flag::kServerHost)) {
+    note(Flag::kServerHost, "no server without --server-port or --metrics-port");
   }
   if (c.inprocess_restart) {
     note(Flag::kInprocessRestart,

@@ -45,7 +45,8 @@ int64_t wall_milliseconds() {
 
 EventLog::EventLog() = default;
 
-EventLog::EventLog(LogOptions options) : options_(std::move(options)) {
+EventLog::EventLog(LogOptions options, std::vector<EventObserver*> observers)
+    : options_(std::move(options)), observers_(std::move(observers)) {
   if (!options_.path.empty()) {
     fd_ = ::open(options_.path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd_ < 0) {
@@ -85,13 +86,14 @@ void EventLog::record(std::string_view type, nlohmann::json fields) {
     e.seq = next_seq_++;
     e.wall_ms = wall_milliseconds();
     e.mono_s = monotonic_seconds();
-    pending_.push_back(format_line(e) + "\n");
+    if (writer_.joinable()) pending_.push_back(format_line(e) + "\n");
   }
   cv_.notify_all();
+  for (EventObserver* o : observers_) o->on_event(e);
 }
 
 void EventLog::flush() {
-  if (!enabled()) return;
+  if (!writer_.joinable()) return;
   std::unique_lock<std::mutex> lock(mu_);
   const int64_t target = next_seq_;
   cv_.wait(lock, [&] { return written_seq_ >= target; });

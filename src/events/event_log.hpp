@@ -15,8 +15,21 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
+
+#include "events/event.hpp"
 
 namespace elasticrun::events {
+
+// Hears every event as it is recorded (the agent's metrics): on the
+// recording thread, after the line is queued; it must not block.
+class EventObserver {
+ public:
+  virtual void on_event(const Event& e) = 0;
+
+ protected:
+  ~EventObserver() = default;
+};
 
 struct LogOptions {
   std::string path;      // empty: no file
@@ -31,7 +44,8 @@ class EventLog {
   EventLog();
   // Opens options.path for appending (created 0644 when absent) and starts
   // the writer; throws Error naming the file when it cannot be opened.
-  explicit EventLog(LogOptions options);
+  // `observers` (not owned) must outlive the log.
+  explicit EventLog(LogOptions options, std::vector<EventObserver*> observers = {});
   // Writes what was recorded, then closes the file.
   ~EventLog();
   EventLog(const EventLog&) = delete;
@@ -40,7 +54,7 @@ class EventLog {
   // A log for code that was given none: records nothing.
   static EventLog& disabled();
 
-  bool enabled() const { return writer_.joinable(); }
+  bool enabled() const { return writer_.joinable() || !observers_.empty(); }
   // Any thread. `fields`: a JSON object of the type's fields (types.hpp).
   void record(std::string_view type, nlohmann::json fields = nlohmann::json::object());
   // Returns once every line recorded before the call is written.
@@ -50,6 +64,7 @@ class EventLog {
   void write_lines();
 
   LogOptions options_;
+  std::vector<EventObserver*> observers_;
   int fd_ = -1;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -144,11 +144,18 @@ void RoundWatch::lead(const std::vector<Member>& members, elastic::Policy& polic
   if (o.lost == 0 && end_for_straggler(samples, static_cast<int>(members.size()))) return;
   o.waiting = rdzv_->live_waiting_after(round);
   o.leaving = rdzv_->leaving(round);
-  if (o.waiting != seen_waiting_ || o.leaving != seen_leaving_) {
-    c.events->record(events::type::kWaiting,
-                     {{"round", round}, {"waiting", o.waiting}, {"leaving", o.leaving}});
-    seen_waiting_ = o.waiting;
-    seen_leaving_ = o.leaving;
+  if (c.events->enabled()) {
+    // One more read per heartbeat interval, only for the event log's sake.
+    const int excluded = static_cast<int>(rdzv_->exclusions().excluded_at(now_ms).size());
+    if (o.waiting != seen_waiting_ || o.leaving != seen_leaving_ || excluded != seen_excluded_) {
+      c.events->record(events::type::kWaiting, {{"round", round},
+                                                {"waiting", o.waiting},
+                                                {"leaving", o.leaving},
+                                                {"excluded", excluded}});
+      seen_waiting_ = o.waiting;
+      seen_leaving_ = o.leaving;
+      seen_excluded_ = excluded;
+    }
   }
   // Operator requests: elasticctl writes one, then bumps ctl/seq; the
   // leader remembers in ctl/handled what it has acted on, so a new leader

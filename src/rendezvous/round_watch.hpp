@@ -68,7 +68,7 @@ class RoundWatch {
   // What the leader last recorded in the event log, so that each change is
   // recorded once rather than every heartbeat interval.
   std::set<std::string> reported_lost_;
-  int seen_waiting_ = 0, seen_leaving_ = 0;
+  int seen_waiting_ = 0, seen_leaving_ = 0, seen_excluded_ = 0;
   int64_t seen_request_seq_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;

@@ -131,6 +131,7 @@ TEST_CASE("every elastic flag takes both spellings and has no PET_ fallback", "[
       {Flag::kWarmStart, "1"},
       {Flag::kWarmStartImports, "torch,numpy.linalg"},
       {Flag::kEventLog, "events.jsonl"},
+      {Flag::kMetricsPort, "9400"},
   };
   const std::string baseline = to_json(parse({"--rdzv-id", "x", "--rdzv-backend", "c10d"}));
   size_t seen = 0;

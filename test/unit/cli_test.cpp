@@ -43,6 +43,7 @@ bool is_uuid4(const std::string& s) {
 const std::map<Flag, std::string> kSample = {
     {Flag::kWarmStartImports, "torch,numpy"},
     {Flag::kEventLog, "events.jsonl"},
+    {Flag::kMetricsPort, "9400"},
     {Flag::kHangTimeout, "120"},
     {Flag::kStartupTimeout, "600"},
     {Flag::kNonFiniteLoss, "off"},
@@ -164,6 +165,7 @@ TEST_CASE("the flag table holds every torchrun 2.15 flag, hyperpodrun's extras a
                                           "warm_start",
                                           "warm_start_imports",
                                           "event_log",
+                                          "metrics_port",
                                           "hang_timeout",
                                           "startup_timeout",
                                           "non_finite_loss",
@@ -238,7 +240,8 @@ TEST_CASE("with no flags every value is torchrun's default", "[cli]") {
   CHECK(c.shutdown_signal == SIGTERM);
   CHECK_FALSE(c.pre_train_script);
   CHECK_FALSE(c.post_train_script);
-  CHECK(c.server_host == "0.0.0.0");
+  CHECK(c.server_host == "127.0.0.1");
+  CHECK_FALSE(c.serve_port);
   CHECK(c.server_port == 8080);
   CHECK(c.training_script == "train.py");
   CHECK(c.training_script_args.empty());
@@ -561,11 +564,11 @@ TEST_CASE("numbers are read like Python's int() and float()", "[cli]") {
 }
 
 TEST_CASE("flags that do not apply are accepted with a one-line note each", "[cli]") {
-  const auto c = parse({"--start-method", "fork", "--logs-specs", "x", "--server-host", "h",
-                        "--server-port", "1", "t.py"});
-  REQUIRE(c.notes.size() == 4);
+  const auto c =
+      parse({"--start-method", "fork", "--logs-specs", "x", "--server-host", "h", "t.py"});
+  REQUIRE(c.notes.size() == 3);
   CHECK_THAT(c.notes[0], Contains("--start-method") && Contains("fork"));
-  CHECK_THAT(c.notes[2], Contains("HTTP control API"));
+  CHECK_THAT(c.notes[2], Contains("--server-host") && Contains("no server without"));
   const auto r = parse({"--run-path", "--no-python", "-m", "t.py"});
   CHECK_FALSE(r.no_python);
   CHECK_FALSE(r.module);
@@ -580,6 +583,22 @@ TEST_CASE("--event-log-handler takes torchrun's handler names; console writes th
   CHECK(parse({"--event-log", "e.jsonl", "t.py"}).event_log == "e.jsonl");
   REQUIRE_THROWS_WITH(parse({"--event-log-handler", "file", "t.py"}),
                       Contains("--event-log-handler") && Contains("console"));
+}
+
+TEST_CASE("--server-port or --metrics-port starts the agent's one HTTP server, on loopback",
+          "[cli]") {
+  CHECK_FALSE(parse({"t.py"}).serve_port);
+  auto c = parse({"--server-port", "0", "t.py"});
+  CHECK(c.serve_port == 0);
+  CHECK(c.server_host == "127.0.0.1");
+  c = parse({"--metrics-port", "9400", "--server-host", "0.0.0.0", "t.py"});
+  CHECK(c.serve_port == 9400);
+  CHECK(c.server_host == "0.0.0.0");
+  CHECK(parse({"--metrics-port", "9400", "--server-port", "9400", "t.py"}).serve_port == 9400);
+  REQUIRE_THROWS_WITH(
+      parse({"--metrics-port", "9400", "--server-port", "8080", "t.py"}),
+      Contains("--metrics-port 9400") && Contains("--server-port 8080") && Contains("disagree"));
+  REQUIRE_THROWS_WITH(parse({"--metrics-port", "70000", "t.py"}), Contains("--metrics-port"));
 }
 
 TEST_CASE("shutdown timeout and line prefix fall back to torchrun's variables", "[cli]") {
@@ -628,7 +647,7 @@ TEST_CASE("-h and --help before the script ask for the complete, grouped help", 
     } catch (const HelpRequested& help) {
       CHECK_THAT(help.text, Contains("torchrun-compatible:") && Contains("HyperPod-compatible"));
       for (const auto& f : flag_table()) CHECK_THAT(help.text, Contains(std::string(f.long_name)));
-      CHECK_THAT(help.text, Contains("HTTP control API is not implemented yet"));
+      CHECK_THAT(help.text, Contains("--metrics-port PORT"));
     }
   }
   CHECK(parse({"t.py", "--help"}).training_script_args == Args{"--help"});

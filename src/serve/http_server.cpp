@@ -1,0 +1,184 @@
+#include "serve/http_server.hpp"
+
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <charconv>
+#include <optional>
+
+#include "elasticrun/errors.hpp"
+
+namespace elasticrun::serve {
+namespace {
+
+// Two workers: a scrape and a request at once; more would only add
+// threads to every agent of a large job.
+constexpr size_t kWorkers = 2;
+constexpr time_t kIoTimeoutS = 10;
+
+void reply(httplib::Response& res, int status, const nlohmann::json& body) {
+  res.status = status;
+  res.set_content(body.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+                  "application/json");
+}
+
+void fail(httplib::Response& res, int status, const std::string& why) {
+  reply(res, status, {{"error", why}});
+}
+
+// A request's parameters: the JSON object of its body, or its query string.
+struct Params {
+  std::optional<int> nodes;
+  bool wait = true;
+};
+
+std::optional<int> parse_int(const std::string& s) {
+  int v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// Throws ConfigError saying what is wrong.
+Params read_params(const httplib::Request& req) {
+  Params p;
+  if (!req.body.empty()) {
+    const auto j = nlohmann::json::parse(req.body, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      throw ConfigError("the body is not a JSON object");
+    }
+    for (const auto& [k, v] : j.items()) {
+      if (k == "nodes") {
+        if (!v.is_number_integer()) throw ConfigError("\"nodes\" must be an integer");
+        p.nodes = v.get<int>();
+      } else if (k == "wait") {
+        if (!v.is_boolean()) throw ConfigError("\"wait\" must be true or false");
+        p.wait = v.get<bool>();
+      } else {
+        throw ConfigError("unknown field \"" + k + "\" (nodes, wait)");
+      }
+    }
+  }
+  for (const auto& [k, v] : req.params) {
+    if (k == "nodes") {
+      p.nodes = parse_int(v);
+      if (!p.nodes) throw ConfigError("nodes=" + v + " is not an integer");
+    } else if (k == "wait") {
+      if (v != "true" && v != "false" && v != "1" && v != "0") {
+        throw ConfigError("wait=" + v + " is not true or false");
+      }
+      p.wait = v == "true" || v == "1";
+    } else {
+      throw ConfigError("unknown parameter " + k + " (nodes, wait)");
+    }
+  }
+  return p;
+}
+
+// Runs one API call, mapping what it throws to a status.
+template <typename Fn>
+void answer(httplib::Response& res, Fn&& fn) {
+  try {
+    reply(res, 200, fn());
+  } catch (const ConfigError& e) {
+    fail(res, 400, e.what());
+  } catch (const UnsupportedError& e) {
+    fail(res, 409, e.what());
+  } catch (const TimeoutError& e) {
+    fail(res, 504, e.what());
+  } catch (const std::exception& e) {
+    fail(res, 503, e.what());
+  }
+}
+
+void route(httplib::Server& s, const std::string& path, const char* method,
+           httplib::Server::Handler handler) {
+  auto wrong = [method](const httplib::Request& req, httplib::Response& res) {
+    res.set_header("Allow", method);
+    fail(res, 405, req.method + " " + req.path + ": use " + method);
+  };
+  const bool get = std::string(method) == "GET";
+  s.Get(path, get ? handler : wrong);
+  s.Post(path, get ? wrong : handler);
+  s.Put(path, wrong);
+  s.Delete(path, wrong);
+}
+
+}  // namespace
+
+HttpServer::HttpServer(const ServerOptions& options, AgentMetrics* metrics, JobControl* control)
+    : server_(std::make_unique<httplib::Server>()), host_(options.host) {
+  auto& s = *server_;
+  s.new_task_queue = [] { return new httplib::ThreadPool(kWorkers); };
+  s.set_payload_max_length(kMaxBody);
+  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a
+  // second agent would bind the same port and share its requests.
+  s.set_socket_options([](int sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
+  s.set_read_timeout(kIoTimeoutS, 0);
+  s.set_write_timeout(kIoTimeoutS, 0);
+  s.set_keep_alive_max_count(100);
+
+  if (metrics) {
+    route(s, "/metrics", "GET", [metrics](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics->scrape(), "text/plain; version=0.0.4; charset=utf-8");
+    });
+  }
+  if (control) {
+    route(s, "/status", "GET", [control](const httplib::Request& req, httplib::Response& res) {
+      if (!req.params.empty()) return fail(res, 400, "GET /status takes no parameters");
+      answer(res, [&] { return control->status(); });
+    });
+    auto scaling = [control](bool scale) {
+      return [control, scale](const httplib::Request& req, httplib::Response& res) {
+        answer(res, [&] {
+          const Params p = read_params(req);
+          if (!p.nodes) throw ConfigError("give the number of nodes: {\"nodes\": N}");
+          if (*p.nodes < 1) throw ConfigError("nodes must be at least 1");
+          return scale ? control->scale(*p.nodes, p.wait) : control->release(*p.nodes, p.wait);
+        });
+      };
+    };
+    route(s, "/scale", "POST", scaling(true));
+    route(s, "/release", "POST", scaling(false));
+    route(s, "/drain", "POST", [control](const httplib::Request& req, httplib::Response& res) {
+      answer(res, [&] {
+        if (!req.body.empty() || !req.params.empty()) {
+          throw ConfigError("POST /drain takes no parameters");
+        }
+        return control->drain();
+      });
+    });
+  }
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    // Only what no handler answered: an unknown path, a body too large.
+    if (!res.body.empty()) return;
+    if (res.status == 413) {
+      return fail(res, 413, "the body is over " + std::to_string(kMaxBody) + " bytes");
+    }
+    if (res.status == 404) {
+      return fail(res, 404,
+                  "no such path: " + req.path +
+                      " (GET /metrics, GET /status, POST /scale, "
+                      "POST /release, POST /drain)");
+    }
+    fail(res, res.status, "bad request");
+  });
+
+  port_ = options.port == 0 ? s.bind_to_any_port(options.host)
+                            : (s.bind_to_port(options.host, options.port) ? options.port : -1);
+  if (port_ <= 0) {
+    throw NetworkError("cannot serve HTTP on " + options.host + ":" + std::to_string(options.port) +
+                       " (in use, or not this machine's address)");
+  }
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+}
+
+HttpServer::~HttpServer() {
+  server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace elasticrun::serve

@@ -1,0 +1,76 @@
+// The agent's HTTP server (docs/api.md): the Prometheus text format on
+// GET /metrics, and the control API: GET /status, POST /scale, POST
+// /release, POST /drain. cpp-httplib on a thread of its own with two
+// workers; a request never runs on the agent's loop. Bad requests get a
+// 4xx and a JSON body {"error": "..."} and change nothing; bodies over
+// kMaxBody bytes get 413 before they are read whole.
+//
+// It binds to loopback unless the user names another address: there is no
+// authentication yet, and POST /release takes a node away.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "serve/metrics.hpp"
+
+namespace httplib {
+class Server;
+}
+
+namespace elasticrun::serve {
+
+inline constexpr size_t kMaxBody = 4096;
+
+// What the API asks of the agent; any method may throw: ConfigError is the
+// caller's mistake (400), UnsupportedError (below) a request this job
+// cannot do (409), TimeoutError an answer that did not come in time (504),
+// any other Error a store that failed (503).
+class JobControl {
+ public:
+  virtual nlohmann::json status() = 0;
+  // Asks the job's leader to scale to `nodes` nodes (scale) or to release
+  // `nodes` of them; `wait`: returns once the leader acted on it.
+  virtual nlohmann::json scale(int nodes, bool wait) = 0;
+  virtual nlohmann::json release(int nodes, bool wait) = 0;
+  // This node leaves the job as on SIGTERM.
+  virtual nlohmann::json drain() = 0;
+
+ protected:
+  ~JobControl() = default;
+};
+
+class UnsupportedError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;  // 0: any free port (port() says which)
+};
+
+class HttpServer {
+ public:
+  // Binds and starts serving; `metrics` and `control` (either may be null:
+  // its paths answer 404) must outlive the server. Throws NetworkError when
+  // the address cannot be bound.
+  HttpServer(const ServerOptions& options, AgentMetrics* metrics, JobControl* control);
+  // Stops serving and joins the thread (a request under way finishes first).
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  int port() const { return port_; }
+  const std::string& host() const { return host_; }
+
+ private:
+  std::unique_ptr<httplib::Server> server_;
+  std::string host_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace elasticrun::serve
