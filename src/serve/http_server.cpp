@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <charconv>
+#include <chrono>
 #include <optional>
 
 #include "elasticrun/errors.hpp"
@@ -174,6 +175,14 @@ HttpServer::HttpServer(const ServerOptions& options, AgentMetrics* metrics, JobC
                        " (in use, or not this machine's address)");
   }
   thread_ = std::thread([this] { server_->listen_after_bind(); });
+  // httplib's stop() does nothing before the listening loop has begun, and
+  // the loop then waits in accept() for good: the destructor must not run
+  // before it. It begins within microseconds of the thread's start.
+  // (Bounded: a loop that ended at once, on an error, is never seen running.)
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!server_->is_running() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 }
 
 HttpServer::~HttpServer() {

@@ -11,12 +11,6 @@ namespace {
 
 namespace type = events::type;
 
-template <typename Builder>
-auto& family(Builder&& b, const char* name, const char* help, prometheus::Registry& r,
-             const prometheus::Labels& labels) {
-  return b.Name(name).Help(help).Labels(labels).Register(r);
-}
-
 // Step times from 1 ms to about 17 min, each bucket twice the one before:
 // a 10 ms loop and a minutes-long step both land in a bucket that tells.
 prometheus::Histogram::BucketBoundaries step_buckets() {
@@ -43,63 +37,57 @@ std::string string_field(const nlohmann::json& f, const char* key) {
 
 AgentMetrics::AgentMetrics(const std::string& run_id, const std::string& host, int nproc_per_node)
     : registry_(std::make_shared<prometheus::Registry>()),
-      world_size_(family(prometheus::BuildGauge(), "elasticrun_world_size",
-                         "Workers in the job's current round (WORLD_SIZE).", *registry_,
-                         {{"run_id", run_id}, {"host", host}})
-                      .Add({})),
-      nodes_(family(prometheus::BuildGauge(), "elasticrun_nodes",
-                    "Nodes in the job's current round.", *registry_,
-                    {{"run_id", run_id}, {"host", host}})
-                 .Add({})),
-      spare_nodes_(family(prometheus::BuildGauge(), "elasticrun_spare_nodes",
-                          "Agents waiting to join, as the leader last saw them (leader only).",
-                          *registry_, {{"run_id", run_id}, {"host", host}})
-                       .Add({})),
-      excluded_nodes_(family(prometheus::BuildGauge(), "elasticrun_excluded_nodes",
-                             "Nodes excluded for a cooldown, as the leader last saw them "
-                             "(leader only).",
-                             *registry_, {{"run_id", run_id}, {"host", host}})
-                          .Add({})),
-      round_(family(prometheus::BuildGauge(), "elasticrun_round",
-                    "The rendezvous round this node is in (a fixed job's attempt).", *registry_,
-                    {{"run_id", run_id}, {"host", host}})
-                 .Add({})),
-      group_rank_(family(prometheus::BuildGauge(), "elasticrun_group_rank",
-                         "This node's group rank in its round (0: the leader).", *registry_,
-                         {{"run_id", run_id}, {"host", host}})
-                      .Add({})),
-      restarts_(family(prometheus::BuildCounter(), "elasticrun_restarts_total",
-                       "Restarts of the job's workers (TORCHELASTIC_RESTART_COUNT).", *registry_,
-                       {{"run_id", run_id}, {"host", host}})
+      labels_{{"run_id", run_id}, {"host", host}},
+      world_size_(
+          gauge("elasticrun_world_size", "Workers in the job's current round (WORLD_SIZE).")),
+      nodes_(gauge("elasticrun_nodes", "Nodes in the job's current round.")),
+      spare_nodes_(gauge("elasticrun_spare_nodes",
+                         "Agents waiting to join, as the leader last saw them (leader only).")),
+      excluded_nodes_(gauge("elasticrun_excluded_nodes",
+                            "Nodes excluded for a cooldown, as the leader last saw them "
+                            "(leader only).")),
+      round_(gauge("elasticrun_round",
+                   "The rendezvous round this node is in (a fixed job's attempt).")),
+      group_rank_(
+          gauge("elasticrun_group_rank", "This node's group rank in its round (0: the leader).")),
+      restarts_(prometheus::BuildCounter()
+                    .Name("elasticrun_restarts_total")
+                    .Help("Restarts of the job's workers (TORCHELASTIC_RESTART_COUNT).")
+                    .Labels(labels_)
+                    .Register(*registry_)
                     .Add({})),
-      scale_events_(family(prometheus::BuildCounter(), "elasticrun_scale_events_total",
-                           "Rounds that ended, by the end record's kind (scale_up, scale_down, "
-                           "replace, restart, fail, done).",
-                           *registry_, {{"run_id", run_id}, {"host", host}})),
-      faults_(family(prometheus::BuildCounter(), "elasticrun_health_faults_total",
-                     "Health faults found on this node, by HyperPod's reason (Hang, "
-                     "NonFiniteLoss, GpuError, LogFault_<rule>, ...).",
-                     *registry_, {{"run_id", run_id}, {"host", host}})),
-      worker_step_family_(family(prometheus::BuildGauge(), "elasticrun_worker_step",
-                                 "Each local rank's last step published through the SDK (-1: "
-                                 "none).",
-                                 *registry_, {{"run_id", run_id}, {"host", host}})),
-      step_seconds_(family(prometheus::BuildHistogram(), "elasticrun_step_seconds",
-                           "How long local rank 0's steps take, as the agent's health tick "
-                           "sees them (exact to one --monitor-interval).",
-                           *registry_, {{"run_id", run_id}, {"host", host}})
+      scale_events_(prometheus::BuildCounter()
+                        .Name("elasticrun_scale_events_total")
+                        .Help("Rounds that ended, by the end record's kind (scale_up, "
+                              "scale_down, replace, restart, fail, done).")
+                        .Labels(labels_)
+                        .Register(*registry_)),
+      faults_(prometheus::BuildCounter()
+                  .Name("elasticrun_health_faults_total")
+                  .Help("Health faults found on this node, by HyperPod's reason (Hang, "
+                        "NonFiniteLoss, GpuError, LogFault_<rule>, ...).")
+                  .Labels(labels_)
+                  .Register(*registry_)),
+      worker_step_family_(
+          prometheus::BuildGauge()
+              .Name("elasticrun_worker_step")
+              .Help("Each local rank's last step published through the SDK (-1: none).")
+              .Labels(labels_)
+              .Register(*registry_)),
+      step_seconds_(prometheus::BuildHistogram()
+                        .Name("elasticrun_step_seconds")
+                        .Help("How long local rank 0's steps take, as the agent's health tick "
+                              "sees them (exact to one --monitor-interval).")
+                        .Labels(labels_)
+                        .Register(*registry_)
                         .Add({}, step_buckets())),
-      samples_per_second_(family(prometheus::BuildGauge(), "elasticrun_samples_per_second",
-                                 "The samples (tokens) per second this node's ranks report "
-                                 "through elasticrun.step(tokens_per_s=...), summed.",
-                                 *registry_, {{"run_id", run_id}, {"host", host}})
-                              .Add({})),
+      samples_per_second_(gauge("elasticrun_samples_per_second",
+                                "The samples (tokens) per second this node's ranks report "
+                                "through elasticrun.step(tokens_per_s=...), summed.")),
       last_checkpoint_seconds_(
-          family(prometheus::BuildGauge(), "elasticrun_last_checkpoint_seconds",
-                 "How long the last checkpoint save took (a section named ckpt*, save* or "
-                 "checkpoint*: the SDK's Checkpointer marks its saves).",
-                 *registry_, {{"run_id", run_id}, {"host", host}})
-              .Add({})) {
+          gauge("elasticrun_last_checkpoint_seconds",
+                "How long the last checkpoint save took: a section named ckpt*, save* or "
+                "checkpoint* (elasticrun.section(\"ckpt\") around the save).")) {
   for (int lr = 0; lr < nproc_per_node; ++lr) {
     worker_step_.push_back(&worker_step_family_.Add({{"local_rank", std::to_string(lr)}}));
     worker_step_.back()->Set(-1);
@@ -144,6 +132,15 @@ void AgentMetrics::observe_steps(const std::vector<int64_t>& steps, double step_
   }
   if (std::isfinite(step_seconds)) step_seconds_.Observe(step_seconds);
   if (std::isfinite(samples_per_second)) samples_per_second_.Set(samples_per_second);
+}
+
+prometheus::Gauge& AgentMetrics::gauge(const char* name, const char* help) {
+  return prometheus::BuildGauge()
+      .Name(name)
+      .Help(help)
+      .Labels(labels_)
+      .Register(*registry_)
+      .Add({});
 }
 
 std::string AgentMetrics::scrape() const {

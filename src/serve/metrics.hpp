@@ -38,7 +38,11 @@ class AgentMetrics final : public events::EventObserver {
   std::string scrape() const;
 
  private:
+  // A gauge without labels of its own (the constructor's helper).
+  prometheus::Gauge& gauge(const char* name, const char* help);
+
   std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Labels labels_;  // run_id and host, on every series
   prometheus::Gauge& world_size_;
   prometheus::Gauge& nodes_;
   prometheus::Gauge& spare_nodes_;
