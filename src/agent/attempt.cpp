@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "agent/attempt_events.hpp"
 #include "agent/failure_report.hpp"
 #include "agent/fault_record.hpp"
 #include "agent/health_watch.hpp"
 #include "elasticrun/errors.hpp"
-#include "events/types.hpp"
 #include "supervisor/descendants.hpp"
 
 namespace elasticrun::agent {
@@ -192,7 +192,10 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     } else {
       log_->info("started {} worker(s) (restart count {})", specs.size(), restart_count_);
     }
-    record_start(warmed, std::chrono::steady_clock::now() - spawn_start);
+    std::vector<pid_t> pids;
+    for (int lr = 0; lr < static_cast<int>(group_.size()); ++lr) pids.push_back(group_.pid(lr));
+    record_workers_start(*node_.events, {restart_count_, rank_offset_}, pids, warmed,
+                         std::chrono::steady_clock::now() - spawn_start);
     delegate_.attempt_started(*this);
     const auto every = static_cast<uint64_t>(config_.monitor_interval.count());
     uv_timer_start(
@@ -365,26 +368,8 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     }
     const bool saved = node_.control && e.local_rank < node_.control->num_slots() &&
                        (node_.control->read_slot(e.local_rank).flags & control::kFlagSaved) != 0;
-    node_.events->record(events::type::kRescue,
-                         {{"restart_count", restart_count_},
-                          {"local_rank", e.local_rank},
-                          {"rank", rank_offset_ + e.local_rank},
-                          {"saved", saved},
-                          {"seconds", std::chrono::duration<double>(
-                                          std::chrono::steady_clock::now() - *rescue_started_)
-                                          .count()},
-                          {"what", e.describe()}});
-  }
-
-  void record_start(size_t warmed, std::chrono::steady_clock::duration took) {
-    nlohmann::json pids = nlohmann::json::array();
-    for (int lr = 0; lr < static_cast<int>(group_.size()); ++lr) pids.push_back(group_.pid(lr));
-    node_.events->record(events::type::kWorkersStart,
-                         {{"restart_count", restart_count_},
-                          {"rank_offset", rank_offset_},
-                          {"pids", pids},
-                          {"warm", warmed},
-                          {"spawn_s", std::chrono::duration<double>(took).count()}});
+    agent::record_rescue(*node_.events, {restart_count_, rank_offset_}, e, saved,
+                         std::chrono::steady_clock::now() - *rescue_started_);
   }
 
  public:
@@ -421,15 +406,8 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
                  stack_files_[static_cast<size_t>(st.local_rank)]);
     }
     write_fault_record(attempt_dir_ / "fault.json", fault, rank_offset_, stacks_, stack_files_);
-    node_.events->record(events::type::kHealthFault,
-                         {{"restart_count", restart_count_},
-                          {"reason", fault.reason()},
-                          {"monitor", fault.monitor},
-                          {"local_rank", fault.local_rank},
-                          {"rank", fault.local_rank >= 0 ? rank_offset_ + fault.local_rank : -1},
-                          {"last_step", fault.last_step},
-                          {"message", fault.message},
-                          {"fault_file", (attempt_dir_ / "fault.json").string()}});
+    record_health_fault(*node_.events, {restart_count_, rank_offset_}, fault,
+                        (attempt_dir_ / "fault.json").string());
     delegate_.on_fault(fault);
     // Once the workers' faulthandlers have written (or the grace passed),
     // they stop as after a failure.
@@ -614,43 +592,6 @@ FailureReport failure_report(const AgentConfig& config, const AttemptResult& r) 
   return report;
 }
 
-namespace {
-
-const char* outcome_name(Outcome o) {
-  switch (o) {
-    case Outcome::kSucceeded:
-      return "succeeded";
-    case Outcome::kFailed:
-      return "failed";
-    case Outcome::kSignaled:
-      return "signaled";
-    case Outcome::kStopped:
-      return "stopped";
-  }
-  return "unknown";
-}
-
-void record_end(events::EventLog& events, const Assignment& a, const AttemptResult& r) {
-  nlohmann::json failures = nlohmann::json::array();
-  for (const auto& f : r.failures) {
-    failures.push_back({{"local_rank", f.local_rank},
-                        {"rank", a.rank_offset + f.local_rank},
-                        {"pid", f.pid},
-                        {"exit_code", f.exit_code},
-                        {"signal", f.term_signal},
-                        {"what", f.describe()}});
-  }
-  nlohmann::json fields = {{"restart_count", a.restart_count},
-                           {"outcome", outcome_name(r.outcome)},
-                           {"failures", failures}};
-  if (r.stop_reason) fields["stop_reason"] = *r.stop_reason;
-  if (r.stop_signal != 0) fields["signal"] = r.stop_signal;
-  if (r.fault) fields["fault"] = r.fault->reason();
-  events.record(events::type::kWorkersEnd, std::move(fields));
-}
-
-}  // namespace
-
 AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, const Assignment& a,
                           int attempt_index, AttemptDelegate& delegate, Inbox* inbox) {
   auto log = util::logger("agent");
@@ -706,7 +647,7 @@ AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, co
     result.stop_reason = attempt.stop_reason();
     result.fault = attempt.fault();
     result.stacks = attempt.stacks();
-    record_end(*node.events, a, result);
+    record_workers_end(*node.events, {a.restart_count, a.rank_offset}, result);
   }
   if (!config.post_train_command.empty()) {
     run_hook("post-train", config.post_train_command, node.base);
