@@ -16,12 +16,14 @@
 #include "ctl/job_connection.hpp"
 #include "ctl/job_status.hpp"
 #include "ctl/readmit.hpp"
+#include "ctl/watch.hpp"
 #include "elasticrun/errors.hpp"
 #include "sim/controller.hpp"
 #include "sim/report.hpp"
 #include "sim/simulator.hpp"
 #include "sim/trace.hpp"
 #include "store/server.hpp"
+#include "timeline/timeline.hpp"
 #include "util/logging.hpp"
 
 namespace {
@@ -141,6 +143,13 @@ int run_status(const JobOptions& o, bool json) {
   return kExitOk;
 }
 
+int run_watch(const JobOptions& o, ctl::WatchOptions w) {
+  w.job = ctl::parse_job_address("--rdzv-endpoint", o.endpoint, o.run_id);
+  w.connect_timeout = millis(o.connect_timeout_s);
+  w.call_timeout = millis(o.timeout_s);
+  return ctl::run_watch(w);
+}
+
 struct SimulateOptions {
   std::string trace;
   std::string json_out;
@@ -165,6 +174,16 @@ int run_simulate(const SimulateOptions& o) {
     out.flush();
     if (!out) throw Error("cannot write " + o.json_out);
   }
+  return kExitOk;
+}
+
+int run_timeline(const timeline::TimelineOptions& o) {
+  const timeline::RunHistory h = timeline::write_timeline(o);
+  std::printf("elasticctl timeline: %s: %lld events over %.1f s", o.out.c_str(),
+              static_cast<long long>(h.events), h.end_s);
+  if (h.skipped > 0)
+    std::printf(" (%lld lines that were not events skipped)", static_cast<long long>(h.skipped));
+  std::printf("\n");
   return kExitOk;
 }
 
@@ -250,6 +269,24 @@ int main(int argc, char** argv) {
   add_job_options(status_cmd, status_opts, false);
   status_cmd->add_flag("--json", status_json, "Print one JSON object");
 
+  JobOptions watch_opts;
+  watch_opts.timeout_s = 2;  // Ctrl-C waits for a store call that hangs: short
+  ctl::WatchOptions watch_view;
+  double watch_interval_s = 1;
+  auto* watch_cmd = app.add_subcommand(
+      "watch",
+      "Show a running job live: sizes, spares, each rank's step, samples/s and the last events, "
+      "redrawn in place until Ctrl-C");
+  add_job_options(watch_cmd, watch_opts, false);
+  watch_cmd->add_option("--interval", watch_interval_s, "Seconds between two looks at the job")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  watch_cmd
+      ->add_option("--total-steps", watch_view.total_steps,
+                   "The step a progress bar is full at (default: the highest rank's step)")
+      ->check(CLI::NonNegativeNumber);
+  watch_cmd->add_flag("--once", watch_view.once, "Print one frame and exit");
+
   SimulateOptions sim_opts;
   auto* simulate_cmd = app.add_subcommand(
       "simulate",
@@ -263,6 +300,27 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   simulate_cmd->add_option("--seed", sim_opts.seed,
                            "Seed for the trace's random failures and notices (default: its own)");
+
+  timeline::TimelineOptions timeline_opts;
+  auto* timeline_cmd = app.add_subcommand(
+      "timeline",
+      "Draw a run from its event logs (--event-log): world size, throughput, steps and every "
+      "event over time, as a PNG or a self-contained HTML page");
+  timeline_cmd->add_option("logs", timeline_opts.logs, "Event logs (one or several nodes')")
+      ->required()
+      ->check(CLI::ExistingFile);
+  timeline_cmd->add_option("-o,--output", timeline_opts.out, "The picture: FILE.png or FILE.html")
+      ->required();
+  timeline_cmd->add_option("--title", timeline_opts.title,
+                           "Its title (default: the run id, start time and length)");
+  timeline_cmd->add_option("--width", timeline_opts.width, "Its width in pixels")
+      ->capture_default_str()
+      ->check(CLI::Range(640, 20000));
+  timeline_cmd
+      ->add_option("--list", timeline_opts.list_lines,
+                   "Events listed under the PNG's chart (the most important first)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10000));
 
   try {
     app.parse(argc, argv);
@@ -293,6 +351,11 @@ int main(int argc, char** argv) {
     if (readmit_cmd->parsed()) return run_readmit(readmit_opts, readmit_host);
     if (status_cmd->parsed()) return run_status(status_opts, status_json);
     if (simulate_cmd->parsed()) return run_simulate(sim_opts);
+    if (timeline_cmd->parsed()) return run_timeline(timeline_opts);
+    if (watch_cmd->parsed()) {
+      watch_view.interval = millis(watch_interval_s);
+      return run_watch(watch_opts, watch_view);
+    }
   } catch (const ConfigError& e) {
     std::cerr << "elasticctl: " << e.what() << "\n";
     return kExitUsage;

@@ -6,14 +6,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Build: compiler, CMake/Ninja, libraries (prometheus-cpp and cpp-httplib:
-# the agent's HTTP server). Tests: Prometheus (scrapes the agents in
-# test_metrics_api.py), Catch2, Debian's PyTorch 1.13
+# the agent's HTTP server; cairo and the DejaVu fonts: elasticctl
+# timeline's PNG). Tests: Prometheus (scrapes the agents in
+# test_metrics_api.py), tmux (elasticctl watch's terminal), Catch2, Debian's PyTorch 1.13
 # (the pre-2.2 TCPStore client the legacy-dialect test talks to), clang with
 # the libFuzzer runtime (scripts/fuzz.sh).
 APT_PACKAGES=(
   g++ cmake ninja-build pkg-config
   libuv1-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libyaml-cpp-dev libre2-dev libgloo-dev catch2
-  prometheus-cpp-dev libcpp-httplib-dev prometheus
+  prometheus-cpp-dev libcpp-httplib-dev prometheus libcairo2-dev fonts-dejavu-core tmux
   python3-venv python3-torch
   clang libclang-rt-14-dev
   procps iproute2

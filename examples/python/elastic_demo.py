@@ -128,6 +128,13 @@ class Demo:
         step, _, gen = self.progress()
         say(f"step {step}: the job grew to 3 nodes (generation {gen})")
         self.wait("progress at 3", lambda: self.progress()[0] >= step + 20)
+        # What `elasticctl watch` shows live (one frame of it here).
+        watch = [str(a.elasticctl), "watch", "--rdzv-endpoint", f"127.0.0.1:{self.port}",
+                 "--rdzv-id", "demo"]
+        say("elasticctl watch (live in a terminal; one frame here): " + " ".join(watch[1:]))
+        frame = subprocess.run(watch + ["--once"], env=self.env, capture_output=True, text=True)
+        for line in frame.stdout.rstrip().splitlines():
+            print("    " + line.rstrip(), flush=True)
 
         self.marks.append((self.progress()[0], "release 1"))
         say("elasticctl release --nodes 1 (a higher-priority job takes a node)")
@@ -211,6 +218,7 @@ class Demo:
         say(f"steps done again after the failure: {wasted}")
         self.plot(final)
         self.summarize_events()
+        self.timeline()
         return 0 if ok else 1
 
     def summarize_events(self) -> None:
@@ -224,6 +232,15 @@ class Demo:
         for t, kind, reason in sorted(decisions):
             say(f"event log: {t} {kind}: {reason}")
         say(f"event logs: {self.out}/agent*.events.jsonl (docs/events.md)")
+
+    def timeline(self) -> None:
+        """The run drawn from all agents' event logs (elasticctl timeline)."""
+        logs = sorted(str(p) for p in self.out.glob("agent*.events.jsonl"))
+        for out in ("timeline.png", "timeline.html"):
+            subprocess.run([str(self.args.elasticctl), "timeline", *logs, "-o", str(self.out / out),
+                            "--title", "elasticrun demo: 2 -> 3 nodes, release 1, a worker killed"],
+                           check=True, stdout=subprocess.DEVNULL)
+            say(f"timeline: {self.out / out}")
 
     def plot(self, final) -> None:
         try:

@@ -3,6 +3,9 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
+#include <vector>
 
 #include "elastic/policy.hpp"
 #include "elasticrun/errors.hpp"
@@ -184,11 +187,17 @@ void Round::tick(std::chrono::steady_clock::time_point now) {
     // The slowest rank's last compute time is the node's (the others wait
     // for it at every all-reduce): the straggler monitor compares it.
     uint32_t compute = 0;
+    std::vector<int64_t> steps;
+    std::optional<double> samples;
     for (int lr = 0; lr < control_->num_slots(); ++lr) {
-      compute = std::max(compute, control_->read_slot(lr).compute_us);
+      const auto slot = control_->read_slot(lr);
+      compute = std::max(compute, slot.compute_us);
+      steps.push_back(slot.step);
+      if (std::isfinite(slot.tokens_per_s)) samples = samples.value_or(0) + slot.tokens_per_s;
     }
     beat_.step.store(step, std::memory_order_relaxed);
     beat_.compute_us.store(compute, std::memory_order_relaxed);
+    beat_.set_ranks(std::move(steps), samples);
   }
   MonitoredRound::tick(now);
 }

@@ -102,6 +102,28 @@ void read_members(StoreClient& c, JobStatus& s) {
   }
 }
 
+void read_beats(StoreClient& c, JobStatus& s) {
+  std::vector<std::string> names;
+  for (const auto& m : s.members) names.push_back(keys::heartbeat(m.agent.node_id));
+  const auto beats = read_present(c, names);
+  for (size_t i = 0; i < beats.size(); ++i) {
+    if (beats[i]) s.members[i].beat = rendezvous::HeartbeatRecord::try_parse(*beats[i]);
+  }
+}
+
+void read_recent(StoreClient& c, JobStatus& s) {
+  const uint64_t last = *s.round;
+  const uint64_t first = last > kRecentRounds ? last - kRecentRounds + 1 : 1;
+  std::vector<std::string> names;
+  for (uint64_t r = first; r < last; ++r) names.push_back(keys::end(r));
+  const auto ends = read_present(c, names);
+  for (size_t i = 0; i < ends.size(); ++i) {
+    if (!ends[i]) continue;  // a round that never formed
+    if (auto e = rendezvous::EndRecord::try_parse(*ends[i])) s.recent.push_back({first + i, *e});
+  }
+  if (s.end) s.recent.push_back({last, *s.end});
+}
+
 std::string plural(int64_t n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
@@ -181,6 +203,8 @@ JobStatus read_status(StoreClient& c, const JobAddress& job) {
     read_members(c, s);
     // One written by an agent of another version is left out; the rest shows.
     if (auto end = read_one(c, keys::end(*s.round))) s.end = rendezvous::EndRecord::try_parse(*end);
+    read_beats(c, s);
+    read_recent(c, s);
   }
   s.restarts = to_int(read_one(c, keys::kFailures).value_or("0")).value_or(0);
   s.finished = read_one(c, keys::kJobFinished);
@@ -256,9 +280,11 @@ std::string format_table(const JobStatus& s, std::chrono::system_clock::time_poi
   }
 
   if (!s.members.empty()) {
-    std::vector<std::vector<std::string>> table = {{"GROUP RANK", "RANKS", "HOST", "NODE"}};
+    std::vector<std::vector<std::string>> table = {{"GROUP RANK", "RANKS", "HOST", "STEP", "NODE"}};
     for (const auto& m : s.members) {
-      table.push_back({std::to_string(m.group_rank), ranks_text(m), or_unknown(m.agent.host),
+      const std::string step =
+          m.beat && m.beat->step >= 0 ? std::to_string(m.beat->step) : std::string("-");
+      table.push_back({std::to_string(m.group_rank), ranks_text(m), or_unknown(m.agent.host), step,
                        or_unknown(m.agent.node_id)});
     }
     out += "\nmembers of round " + std::to_string(*s.round) + ":\n" + columns(table);
@@ -287,17 +313,37 @@ std::string format_json(const JobStatus& s) {
     ordered_json j = {{"group_rank", m.group_rank}};
     j.update(agent(m.agent));
     j["rank_offset"] = m.rank_offset;
+    // Each rank's step, from the node's heartbeat.
+    if (m.beat) {
+      j["last_beat_unix_ms"] = m.beat->unix_ms;
+      j["step"] = m.beat->step;
+      j["steps"] = m.beat->rank_steps;
+      j["samples_per_s"] =
+          m.beat->samples_per_s ? ordered_json(*m.beat->samples_per_s) : ordered_json(nullptr);
+    } else {
+      j["last_beat_unix_ms"] = nullptr;
+      j["step"] = nullptr;
+      j["steps"] = ordered_json::array();
+      j["samples_per_s"] = nullptr;
+    }
     members.push_back(std::move(j));
   }
   ordered_json waiting = ordered_json::array();
   for (const auto& a : s.waiting) waiting.push_back(agent(a));
+  auto end_json = [](const rendezvous::EndRecord& e) {
+    return ordered_json{{"kind", rendezvous::to_string(e.kind)},
+                        {"target", e.target},
+                        {"survivors", e.survivors},
+                        {"release", e.release},
+                        {"reason", e.reason}};
+  };
   ordered_json end = nullptr;
-  if (s.end) {
-    end = {{"kind", rendezvous::to_string(s.end->kind)},
-           {"target", s.end->target},
-           {"survivors", s.end->survivors},
-           {"release", s.end->release},
-           {"reason", s.end->reason}};
+  if (s.end) end = end_json(*s.end);
+  ordered_json recent = ordered_json::array();
+  for (const auto& r : s.recent) {
+    ordered_json j = {{"round", r.round}};
+    j.update(end_json(r.end));
+    recent.push_back(std::move(j));
   }
   ordered_json excluded = ordered_json::array();
   for (const auto& e : s.excluded) {
@@ -332,6 +378,7 @@ std::string format_json(const JobStatus& s) {
       {"world_size", s.world_size < 0 ? ordered_json(nullptr) : ordered_json(s.world_size)},
       {"members", std::move(members)},
       {"end", std::move(end)},
+      {"recent_rounds", std::move(recent)},
       {"open_round", s.open_round},
       {"joined", s.joined},
       {"waiting", std::move(waiting)},

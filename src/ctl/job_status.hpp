@@ -16,6 +16,7 @@
 #include "ctl/job_connection.hpp"
 #include "elastic/policy.hpp"
 #include "elasticrun/store_client.hpp"
+#include "rendezvous/records.hpp"
 #include "rendezvous/rendezvous.hpp"
 
 namespace elasticrun::ctl {
@@ -32,7 +33,19 @@ struct MemberInfo {
   AgentInfo agent;
   int group_rank = 0;
   int rank_offset = -1;  // global rank of its local rank 0; -1 when unknown
+  // Its latest heartbeat: when it beat, and its workers' progress (each
+  // local rank's step, their samples/s); nullopt when none could be read.
+  std::optional<rendezvous::HeartbeatRecord> beat;
 };
+
+// A round that ended, and how (its end record).
+struct PastRound {
+  uint64_t round = 0;
+  rendezvous::EndRecord end;
+};
+
+// How many ended rounds status reads back (JobStatus::recent).
+inline constexpr int kRecentRounds = 8;
 
 // A node the job keeps out (health::ExclusionState), as status shows it.
 struct ExcludedNode {
@@ -56,6 +69,9 @@ struct JobStatus {
   std::vector<MemberInfo> members;  // group-rank order
   int world_size = -1;              // workers of the round; -1 when unknown
   std::optional<rendezvous::EndRecord> end;
+  // The last kRecentRounds rounds that ended, oldest first (`end`, when
+  // there is one, is the last of them).
+  std::vector<PastRound> recent;
   int64_t restarts = 0;                 // `failures`: TORCHELASTIC_RESTART_COUNT
   std::optional<std::string> finished;  // `job/finished`: "ok <why>" / "fail <why>"
   std::optional<std::string> policy_text;

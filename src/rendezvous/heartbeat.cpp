@@ -69,11 +69,22 @@ void Heartbeat::run() {
 std::string Heartbeat::beat() const {
   HeartbeatRecord r;
   r.unix_ms = now_unix_ms();
-  if (progress_) {
-    r.step = progress_->step.load(std::memory_order_relaxed);
-    r.compute_us = progress_->compute_us.load(std::memory_order_relaxed);
-  }
+  if (progress_) progress_->load(r);
   return r.serialize();
+}
+
+void BeatProgress::set_ranks(std::vector<int64_t> steps, std::optional<double> samples_per_s) {
+  std::lock_guard lock(mu_);
+  rank_steps_ = std::move(steps);
+  samples_per_s_ = samples_per_s;
+}
+
+void BeatProgress::load(HeartbeatRecord& r) const {
+  r.step = step.load(std::memory_order_relaxed);
+  r.compute_us = compute_us.load(std::memory_order_relaxed);
+  std::lock_guard lock(mu_);
+  r.rank_steps = rank_steps_;
+  r.samples_per_s = samples_per_s_;
 }
 
 int64_t now_unix_ms() {

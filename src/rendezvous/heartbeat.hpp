@@ -7,18 +7,34 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <vector>
 
+#include "rendezvous/records.hpp"
 #include "rendezvous/rendezvous.hpp"
 
 namespace elasticrun::rendezvous {
 
-// What a node tells the leader in its heartbeat besides the time
+// What a node tells the job in its heartbeat besides the time
 // (HeartbeatRecord): the agent's loop stores it, the heartbeat thread loads
 // it at each beat.
-struct BeatProgress {
+class BeatProgress {
+ public:
+  // The straggler monitor's two numbers, lock-free.
   std::atomic<int64_t> step{-1};
   std::atomic<uint32_t> compute_us{0};
+
+  // What elasticctl watch shows: each local rank's step, and the ranks'
+  // summed samples per second (nullopt: none report it).
+  void set_ranks(std::vector<int64_t> steps, std::optional<double> samples_per_s);
+  // Fills r's step, compute, samples and rank steps.
+  void load(HeartbeatRecord& r) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<int64_t> rank_steps_;
+  std::optional<double> samples_per_s_;
 };
 
 class Heartbeat {

@@ -1,6 +1,9 @@
 #include "rendezvous/records.hpp"
 
 #include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "elasticrun/errors.hpp"
@@ -307,8 +310,29 @@ std::vector<std::string> parse_members(const std::string& text) {
   return ids;
 }
 
+HeartbeatRecord HeartbeatRecord::at(int64_t unix_ms) {
+  HeartbeatRecord r;
+  r.unix_ms = unix_ms;
+  return r;
+}
+
 std::string HeartbeatRecord::serialize() const {
-  return std::to_string(unix_ms) + " " + std::to_string(step) + " " + std::to_string(compute_us);
+  std::string out =
+      std::to_string(unix_ms) + " " + std::to_string(step) + " " + std::to_string(compute_us) + " ";
+  if (samples_per_s && std::isfinite(*samples_per_s) && *samples_per_s >= 0) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", *samples_per_s);
+    out += buf;
+  } else {
+    out += "-";
+  }
+  out += " ";
+  if (rank_steps.empty()) return out + "-";
+  for (size_t i = 0; i < rank_steps.size(); ++i) {
+    if (i > 0) out += ",";
+    out += std::to_string(rank_steps[i]);
+  }
+  return out;
 }
 
 std::optional<HeartbeatRecord> HeartbeatRecord::try_parse(const std::string& text) {
@@ -316,13 +340,31 @@ std::optional<HeartbeatRecord> HeartbeatRecord::try_parse(const std::string& tex
   if (f.empty()) return std::nullopt;
   const auto ms = decimal(f[0]);
   if (!ms) return std::nullopt;
-  HeartbeatRecord r{*ms};
+  HeartbeatRecord r = at(*ms);
   if (f.size() >= 3) {
     const auto step = decimal(f[1]);
     const auto compute = decimal(f[2]);
     if (step) r.step = *step;
     if (compute && *compute >= 0 && *compute <= UINT32_MAX) {
       r.compute_us = static_cast<uint32_t>(*compute);
+    }
+  }
+  // The progress for watch is a nicety: a field that does not parse is left out.
+  if (f.size() >= 5) {
+    char* end = nullptr;
+    const double samples = std::strtod(f[3].c_str(), &end);
+    if (f[3] != "-" && end == f[3].c_str() + f[3].size() && std::isfinite(samples)) {
+      r.samples_per_s = samples;
+    }
+    if (f[4] != "-") {
+      for (const auto& s : split(f[4], ',')) {
+        const auto v = decimal(s);
+        if (!v) {
+          r.rank_steps.clear();
+          break;
+        }
+        r.rank_steps.push_back(*v);
+      }
     }
   }
   return r;

@@ -192,18 +192,26 @@ std::vector<Member> parse_member_list(const std::string& text);
 // Their node ids alone.
 std::vector<std::string> parse_members(const std::string& text);
 
-// keys::heartbeat: "<unix_ms> <step> <compute_us>". The time is wall-clock
-// milliseconds since the epoch, so that any agent can judge another's at
-// once, without watching it for a while first. Hosts' clocks must agree to
-// well within the limit (NTP does), as with torchrun's c10d rendezvous,
-// whose heartbeats are timestamps too. The node's progress rides along for
-// the leader's straggler monitor: the highest step its workers published
-// and the slowest of their last compute times (the SDK's compute()); a beat
-// of the time alone (an older agent) reads as step -1, compute 0.
+// keys::heartbeat: "<unix_ms> <step> <compute_us> <samples_per_s> <steps>".
+// The time is wall-clock milliseconds since the epoch, so that any agent
+// can judge another's at once, without watching it for a while first.
+// Hosts' clocks must agree to well within the limit (NTP does), as with
+// torchrun's c10d rendezvous, whose heartbeats are timestamps too. The
+// node's progress rides along: for the leader's straggler monitor, the
+// highest step its workers published and the slowest of their last compute
+// times (the SDK's compute()); for elasticctl watch and status, the ranks'
+// summed samples per second ("-" when none report it) and each local
+// rank's step, comma-separated ("-" before the workers start). A beat of
+// the time alone (an older agent) reads as step -1, compute 0; one of three
+// fields, as no samples and no rank steps.
 struct HeartbeatRecord {
   int64_t unix_ms = 0;
   int64_t step = -1;
   uint32_t compute_us = 0;
+  std::optional<double> samples_per_s;
+  std::vector<int64_t> rank_steps;  // by local rank; -1: no step yet
+  // A beat of the time alone (the one a join record comes with).
+  static HeartbeatRecord at(int64_t unix_ms);
   std::string serialize() const;
   static std::optional<HeartbeatRecord> try_parse(const std::string& text);
 };

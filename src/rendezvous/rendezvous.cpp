@@ -93,7 +93,7 @@ Assignment Rendezvous::join_round(uint64_t round, bool released, bool& spare) {
   // which must exist even before this agent's heartbeat thread first beats.
   // One request sets both, so whoever sees the record sees the heartbeat.
   client_.multi_set({keys::join(round, index), keys::heartbeat(config_.node_id)},
-                    {me.serialize(), HeartbeatRecord{now_unix_ms()}.serialize()});
+                    {me.serialize(), HeartbeatRecord::at(now_unix_ms()).serialize()});
   if (me.prev_round > 0 && me.prev_round == static_cast<int64_t>(round) - 1 && !released) {
     // Survivors also take a survivor index, so that the closer can wait for
     // all of them by waiting on one key.

@@ -8,6 +8,7 @@
 #include "ctl/ctl_requests.hpp"
 #include "ctl/job_connection.hpp"
 #include "ctl/job_status.hpp"
+#include "job_agents.hpp"
 #include "rendezvous/heartbeat.hpp"
 #include "rendezvous/rendezvous.hpp"
 #include "server_fixture.hpp"
@@ -39,45 +40,8 @@ StoreClient raw(const ServerFixture& s) {
   return StoreClient::connect("127.0.0.1", s.port(), o);
 }
 
-rendezvous::RendezvousConfig agent(const ServerFixture& s, int i, int min, int max) {
-  rendezvous::RendezvousConfig c;
-  c.store_host = "127.0.0.1";
-  c.store_port = s.port();
-  c.run_id = kRunId;
-  c.node_id = "node" + std::to_string(i);
-  c.host = "10.0.0." + std::to_string(i);
-  c.local_world_size = 2;
-  c.sizes.min_replicas = min;
-  c.sizes.max_replicas = max;
-  c.join_timeout = 20s;
-  c.last_call_timeout = 200ms;
-  c.heartbeat_interval = 50ms;
-  c.missed_heartbeats = 4;
-  c.store_timeout = 10s;
-  return c;
-}
-
-// n agents with heartbeats (so that nobody takes over the closer's job).
-struct Agents {
-  std::vector<std::unique_ptr<Rendezvous>> rdzv;
-  std::vector<std::unique_ptr<rendezvous::Heartbeat>> beats;
-
-  Agents(const ServerFixture& s, int n, int min, int max) {
-    for (int i = 0; i < n; ++i) {
-      rdzv.push_back(std::make_unique<Rendezvous>(agent(s, i, min, max)));
-      beats.push_back(std::make_unique<rendezvous::Heartbeat>(rdzv.back()->config()));
-    }
-  }
-
-  std::vector<Assignment> join_all() {
-    std::vector<std::future<Assignment>> fs;
-    for (auto& r : rdzv) {
-      fs.push_back(std::async(std::launch::async, [&r] { return r->join(); }));
-    }
-    std::vector<Assignment> out;
-    for (auto& f : fs) out.push_back(f.get());
-    return out;
-  }
+struct Agents : test::JobAgents {
+  Agents(const ServerFixture& s, int n, int min, int max) : JobAgents(s, kRunId, n, min, max) {}
 };
 
 }  // namespace

@@ -110,9 +110,40 @@ TEST_CASE("the smaller records read back", "[records]") {
   CHECK(parse_member_list("old-agent-id")[0].node_id == "old-agent-id");
   CHECK(parse_members("").empty());
 
-  CHECK(HeartbeatRecord::try_parse(HeartbeatRecord{1234}.serialize())->unix_ms == 1234);
+  CHECK(HeartbeatRecord::try_parse(HeartbeatRecord::at(1234).serialize())->unix_ms == 1234);
   CHECK(HeartbeatRecord::try_parse("1234 and more")->unix_ms == 1234);
   CHECK_FALSE(HeartbeatRecord::try_parse("soon"));
+}
+
+TEST_CASE("a heartbeat carries the node's progress and reads older beats", "[records]") {
+  HeartbeatRecord b = HeartbeatRecord::at(1700000000123);
+  b.step = 42;
+  b.compute_us = 900;
+  b.samples_per_s = 1536.5;
+  b.rank_steps = {42, 41, -1};
+  CHECK(b.serialize() == "1700000000123 42 900 1536.5 42,41,-1");
+  const auto back = HeartbeatRecord::try_parse(b.serialize());
+  REQUIRE(back);
+  CHECK(back->step == 42);
+  CHECK(back->compute_us == 900);
+  CHECK(back->samples_per_s == 1536.5);
+  CHECK(back->rank_steps == std::vector<int64_t>{42, 41, -1});
+
+  // Before any worker steps; an older agent's three fields; garbage in the new ones.
+  CHECK(HeartbeatRecord::at(5).serialize() == "5 -1 0 - -");
+  const auto none = HeartbeatRecord::try_parse("5 -1 0 - -");
+  REQUIRE(none);
+  CHECK_FALSE(none->samples_per_s);
+  CHECK(none->rank_steps.empty());
+  const auto old = HeartbeatRecord::try_parse("5 7 100");
+  REQUIRE(old);
+  CHECK(old->step == 7);
+  CHECK(old->rank_steps.empty());
+  const auto odd = HeartbeatRecord::try_parse("5 7 100 fast 1,x,3");
+  REQUIRE(odd);
+  CHECK(odd->step == 7);
+  CHECK_FALSE(odd->samples_per_s);
+  CHECK(odd->rank_steps.empty());
 }
 
 TEST_CASE("every key of a round lives under that round", "[records]") {
