@@ -156,7 +156,9 @@ class Run:
             argv = [a.elasticrun, *common, *ELASTICRUN_FLAGS]
             if a.warm_start:
                 argv.append("--warm-start")
-            argv += shlex.split(getattr(a, "elasticrun_args", "") or "")
+            # "{n}" stands for the node's number (a file per agent: --event-log x{n}.jsonl).
+            argv += [arg.replace("{n}", str(n))
+                     for arg in shlex.split(getattr(a, "elasticrun_args", "") or "")]
         else:
             argv = [a.torchrun, *common, *TORCHRUN_FLAGS]
         argv += [str(TRAIN), "--ckpt", str(self.dir / "ckpt"), "--steps", str(self.steps),
@@ -715,7 +717,8 @@ def main() -> int:
                     help="run elasticrun with --warm-start (docs/warm-start.md)")
     ap.add_argument("--elasticrun-args", default="",
                     help="more flags for every elasticrun agent, one string (e.g. the health "
-                         "monitors': \"--hang-timeout 30 --config job.yaml\")")
+                         "monitors': \"--hang-timeout 30 --config job.yaml\"); {n} in them "
+                         "stands for the node's number")
     ap.add_argument("--sample-s", type=float, default=0.006, help="compute stand-in per local sample")
     ap.add_argument("--save-every", type=int, default=50, help="periodic checkpoint interval, steps")
     ap.add_argument("--sync-save", action="store_true",
