@@ -202,22 +202,27 @@ class CheckpointManager:
         checkpoint once every rank has written. Returns its directory."""
         import torch.distributed.checkpoint as dcp
 
+        from . import section
+
         self.wait()
         final, partial = self._paths(step)
         rank = _group_rank()
-        if rank == 0:
-            self.root.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(partial, ignore_errors=True)  # a crash of an earlier save
-        _barrier()
-        dcp.save(self._state(model, optimizer, scheduler, extra, step), checkpoint_id=partial)
-        _barrier()
-        if rank == 0:
-            self._publish(step)
-            # No save is in flight on any rank (each waited for its own
-            # before the first barrier): every other .partial is a crash's.
-            for stale in self.root.glob("step_*.partial"):
-                shutil.rmtree(stale, ignore_errors=True)
-        _barrier()
+        # For the agent: a save is no hang however long it takes, and its
+        # length goes in the event log (a section named "ckpt").
+        with section("ckpt"):
+            if rank == 0:
+                self.root.mkdir(parents=True, exist_ok=True)
+                shutil.rmtree(partial, ignore_errors=True)  # a crash of an earlier save
+            _barrier()
+            dcp.save(self._state(model, optimizer, scheduler, extra, step), checkpoint_id=partial)
+            _barrier()
+            if rank == 0:
+                self._publish(step)
+                # No save is in flight on any rank (each waited for its own
+                # before the first barrier): every other .partial is a crash's.
+                for stale in self.root.glob("step_*.partial"):
+                    shutil.rmtree(stale, ignore_errors=True)
+            _barrier()
         return final
 
     def save_async(self, step: int, model, optimizer=None, scheduler=None,
@@ -230,6 +235,8 @@ class CheckpointManager:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
+        from . import section
+
         self.wait()
         final, partial = self._paths(step)
         rank = _group_rank()
@@ -237,10 +244,13 @@ class CheckpointManager:
             self.root.mkdir(parents=True, exist_ok=True)
         group = self._async_group()
         # Every option off: a plain synchronous copy, so the optimizer's next
-        # step cannot change what is written.
+        # step cannot change what is written. The copy is the loop's part
+        # (a section "ckpt" for the agent); the writing that follows runs
+        # beside training and is no section.
         stager = DefaultStager(StagingOptions(False, False, False, False))
         try:
-            copy = stager.stage(self._state(model, optimizer, scheduler, extra, step))
+            with section("ckpt"):
+                copy = stager.stage(self._state(model, optimizer, scheduler, extra, step))
         finally:
             stager.close()
 

@@ -11,6 +11,7 @@
 #include "agent/attempt_events.hpp"
 #include "agent/failure_report.hpp"
 #include "agent/fault_record.hpp"
+#include "agent/fault_stacks.hpp"
 #include "agent/health_watch.hpp"
 #include "elasticrun/errors.hpp"
 #include "supervisor/descendants.hpp"
@@ -24,13 +25,6 @@ using supervisor::WorkerExit;
 // --warm-start: how long after its workers start an attempt begins warming
 // the next restart's interpreters.
 constexpr uint64_t kWarmRefillDelayMs = 3000;
-// After a fault: how long py-spy may take for all workers together, how
-// long the workers' faulthandlers get to write their dumps before the
-// workers are signalled (they take about a millisecond), and how often the
-// agent looks whether they are done.
-constexpr std::chrono::milliseconds kStackBudget{3000};
-constexpr std::chrono::milliseconds kStackGrace{300};
-constexpr uint64_t kStackPollMs = 5;
 
 // Where one worker's stdout or stderr goes (torchrun's DefaultLogsSpecs).
 struct StreamPlan {
@@ -86,10 +80,10 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
         job_cgroup_(node.job_cgroup),
         restart_count_(restart_count),
         attempt_dir_(std::move(attempt_dir)),
-        stack_files_(std::move(stack_files)),
         rank_offset_(rank_offset),
         delegate_(delegate),
-        inbox_(inbox) {
+        inbox_(inbox),
+        fault_stacks_(&loop_, std::move(stack_files)) {
     uv_loop_init(&loop_);
     uv_signal_init(&loop_, &sigchld_);
     sigchld_.data = this;
@@ -103,8 +97,6 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     rescue_timer_.data = this;
     uv_timer_init(&loop_, &monitor_timer_);
     monitor_timer_.data = this;
-    uv_timer_init(&loop_, &fault_timer_);
-    fault_timer_.data = this;
     uv_async_init(&loop_, &inbox_async_, [](uv_async_t* h) {
       auto* self = static_cast<Attempt*>(h->data);
       self->inbox_->run_pending(*self);
@@ -232,7 +224,7 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
   const std::vector<WorkerExit>& failures() const { return failures_; }
   const std::optional<std::string>& stop_reason() const { return stop_reason_; }
   const std::optional<health::Fault>& fault() const { return fault_; }
-  const std::vector<StackResult>& stacks() const { return stacks_; }
+  const std::vector<StackResult>& stacks() const { return fault_stacks_.stacks(); }
 
  private:
   // torchrun's filtered_std{out,err}.log of the attempt, created (empty) as
@@ -387,44 +379,29 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     fault_ = fault;
     log_->error("health: {}", fault.describe());
     // Where every running worker was, before anything is signalled.
+    const auto& files = fault_stacks_.files();
     std::vector<StackTarget> targets;
     for (int lr = 0; lr < static_cast<int>(group_.size()); ++lr) {
-      if (group_.exited(lr) || static_cast<size_t>(lr) >= stack_files_.size()) continue;
+      if (group_.exited(lr) || static_cast<size_t>(lr) >= files.size()) continue;
       StackTarget t;
       t.local_rank = lr;
       t.pid = group_.pid(lr);
       t.registered = node_.control && lr < node_.control->num_slots() &&
                      (node_.control->read_slot(lr).flags & control::kFlagStacks) != 0;
-      t.file = stack_files_[static_cast<size_t>(lr)];
+      t.file = files[static_cast<size_t>(lr)];
       targets.push_back(t);
     }
     const auto path = node_.base.find("PATH");
-    stacks_ = capture_stacks(targets, path == node_.base.end() ? "" : path->second, kStackBudget);
-    for (const auto& st : stacks_) {
-      log_->info("local rank {}: stacks by {}{} in {}", st.local_rank, st.how,
-                 st.stopped ? " (it was stopped)" : "",
-                 stack_files_[static_cast<size_t>(st.local_rank)]);
-    }
-    write_fault_record(attempt_dir_ / "fault.json", fault, rank_offset_, stacks_, stack_files_);
+    // Once the workers' faulthandlers have written (or the grace passed),
+    // they stop as after a failure.
+    fault_stacks_.capture(targets, path == node_.base.end() ? "" : path->second, [this] {
+      if (!stopping_) stop_after_failure(Outcome::kFailed, config_.shutdown_timeout);
+    });
+    write_fault_record(attempt_dir_ / "fault.json", fault, rank_offset_, fault_stacks_.stacks(),
+                       files);
     record_health_fault(*node_.events, {restart_count_, rank_offset_}, fault,
                         (attempt_dir_ / "fault.json").string());
     delegate_.on_fault(fault);
-    // Once the workers' faulthandlers have written (or the grace passed),
-    // they stop as after a failure.
-    stack_deadline_ = std::chrono::steady_clock::now() + kStackGrace;
-    stack_sizes_.clear();
-    uv_timer_start(
-        &fault_timer_,
-        [](uv_timer_t* t) {
-          auto* self = static_cast<Attempt*>(t->data);
-          const bool written =
-              faulthandler_dumps_written(self->stacks_, self->stack_files_, self->stack_sizes_);
-          if (!written && std::chrono::steady_clock::now() < self->stack_deadline_) return;
-          uv_timer_stop(t);
-          if (!self->stopping_)
-            self->stop_after_failure(Outcome::kFailed, self->config_.shutdown_timeout);
-        },
-        kStackPollMs, kStackPollMs);
   }
 
   void request_stop(const std::string& reason) override {
@@ -512,7 +489,7 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     uv_timer_stop(&refill_timer_);
     uv_timer_stop(&rescue_timer_);
     uv_timer_stop(&monitor_timer_);
-    uv_timer_stop(&fault_timer_);
+    fault_stacks_.cancel();
     uv_stop(&loop_);
   }
 
@@ -524,7 +501,6 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
   supervisor::Cgroup cgroup_;  // this attempt's, when there is a job cgroup
   int restart_count_;
   fs::path attempt_dir_;
-  std::vector<std::string> stack_files_;  // of each local rank
   int rank_offset_;
   AttemptDelegate& delegate_;
   Inbox* inbox_;  // may be null
@@ -538,11 +514,8 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
   uv_timer_t refill_timer_{};   // --warm-start: interpreters for the next attempt
   uv_timer_t rescue_timer_{};   // the end of the rescue window after a failure
   uv_timer_t monitor_timer_{};  // --monitor-interval: the delegate's tick
-  uv_timer_t fault_timer_{};    // from a fault's stacks to the workers' stop
   std::optional<health::Fault> fault_;
-  std::vector<StackResult> stacks_;
-  std::vector<int64_t> stack_sizes_;  // the stacks files' sizes at the last look
-  std::chrono::steady_clock::time_point stack_deadline_;
+  FaultStacks fault_stacks_;   // the fault's stacks, and the wait for them
   std::vector<int> rescuers_;  // local ranks given the rescue window
   std::optional<std::chrono::steady_clock::time_point> rescue_started_;  // that window's start
   std::vector<std::unique_ptr<uv_signal_t>> forwarded_;

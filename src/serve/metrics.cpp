@@ -112,6 +112,12 @@ void AgentMetrics::on_event(const events::Event& e) {
     }
   } else if (e.type == type::kRoundEnd) {
     scale_events_.Add({{"reason", string_field(f, "kind")}}).Increment();
+    // No round until the next round_start: a node released to wait as a
+    // spare must not go on counting in the job's size.
+    world_size_.Set(0);
+    nodes_.Set(0);
+    group_rank_.Set(-1);
+    samples_per_second_.Set(0);
   } else if (e.type == type::kWaiting) {
     spare_nodes_.Set(static_cast<double>(int_field(f, "waiting", 0)));
     excluded_nodes_.Set(static_cast<double>(int_field(f, "excluded", 0)));

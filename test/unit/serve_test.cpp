@@ -65,6 +65,9 @@ TEST_CASE("the metrics follow the events the agent records", "[serve]") {
   m.on_event(event(type::kWaiting, {{"waiting", 1}, {"leaving", 0}, {"excluded", 2}}));
   m.on_event(event(type::kRoundEnd, {{"kind", "scale_up"}}));
   m.on_event(event(type::kRoundEnd, {{"kind", "scale_up"}}));
+  // Between rounds (and for a released spare) the node is in no round.
+  CHECK(has_line(m.scrape(), "elasticrun_world_size" + l, "0"));
+  CHECK(has_line(m.scrape(), "elasticrun_group_rank" + l, "-1"));
   m.on_event(event(type::kHealthFault, {{"reason", "Hang"}}));
   m.on_event(event(type::kSection, {{"name", "ckpt"}, {"seconds", 1.5}}));
   m.on_event(event(type::kSection, {{"name", "eval"}, {"seconds", 9.0}}));
