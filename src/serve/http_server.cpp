@@ -174,18 +174,24 @@ HttpServer::HttpServer(const ServerOptions& options, AgentMetrics* metrics, JobC
     throw NetworkError("cannot serve HTTP on " + options.host + ":" + std::to_string(options.port) +
                        " (in use, or not this machine's address)");
   }
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
-  // httplib's stop() does nothing before the listening loop has begun, and
-  // the loop then waits in accept() for good: the destructor must not run
-  // before it. It begins within microseconds of the thread's start.
-  // (Bounded: a loop that ended at once, on an error, is never seen running.)
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (!server_->is_running() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
+  // The socket listens already (bind does): a request that comes before
+  // the loop runs waits in the backlog.
+  thread_ = std::thread([this] {
+    server_->listen_after_bind();
+    loop_ended_ = true;
+  });
 }
 
 HttpServer::~HttpServer() {
+  // httplib's stop() does nothing before the listening loop has begun, and
+  // the loop then waits in accept() for good: wait for it to begin (within
+  // microseconds of the thread's start; here rather than in the
+  // constructor, so that the agent's start does not wait for it), or to
+  // end (on an error, it is never seen running).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!server_->is_running() && !loop_ended_ && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
   server_->stop();
   if (thread_.joinable()) thread_.join();
 }

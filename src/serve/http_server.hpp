@@ -9,6 +9,7 @@
 // authentication yet, and POST /release takes a node away.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -70,6 +71,7 @@ class HttpServer {
   std::unique_ptr<httplib::Server> server_;
   std::string host_;
   int port_ = 0;
+  std::atomic<bool> loop_ended_{false};  // listen_after_bind returned
   std::thread thread_;
 };
 

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "events/types.hpp"
+
 namespace elasticrun::timeline {
 namespace {
 
@@ -13,6 +15,10 @@ constexpr double kLaneRow = 16;
 constexpr double kAxis = 34;
 constexpr double kListLine = 16, kListTop = 28;
 constexpr int kLanes = 5;  // one per MarkKind
+// Progress comes every kProgressInterval while workers step: a silence of
+// a few of them is a gap.
+constexpr double kSeriesGap =
+    2.5 * std::chrono::duration<double>(events::type::kProgressInterval).count();
 
 constexpr Color kInk{34, 34, 34}, kGrey{120, 120, 120}, kGrid{228, 228, 228}, kFrame{190, 190, 190},
     kWorld{31, 119, 180}, kWorldFill{214, 231, 245};
@@ -89,12 +95,21 @@ double max_of(const std::vector<Point>& pts, double floor) {
   return floor;
 }
 
+// A node's line, broken where its samples stop for a while (its workers
+// did not run: it waited as a spare, or its agent was gone).
 void draw_series(Canvas& c, const Frame& f, const Panel& p, const std::vector<Point>& pts,
                  Color color) {
   std::vector<std::pair<double, double>> xy;
-  for (const auto& pt : pts) xy.emplace_back(f.x(pt.t), p.y(pt.v));
-  if (xy.size() == 1) c.dot(xy[0].first, xy[0].second, 2.5, color, value_text(pts[0].v));
-  c.polyline(xy, color, 1.8);
+  auto flush = [&](double v) {
+    if (xy.size() == 1) c.dot(xy[0].first, xy[0].second, 2.5, color, value_text(v));
+    c.polyline(xy, color, 1.8);
+    xy.clear();
+  };
+  for (size_t i = 0; i < pts.size(); ++i) {
+    if (i > 0 && pts[i].t - pts[i - 1].t > kSeriesGap) flush(pts[i - 1].v);
+    xy.emplace_back(f.x(pts[i].t), p.y(pts[i].v));
+  }
+  if (!pts.empty()) flush(pts.back().v);
 }
 
 void draw_world(Canvas& c, const Frame& f, const Panel& p, const RunHistory& h) {
