@@ -95,6 +95,7 @@ int run_watch(const WatchOptions& o) {
   view.interval_s = std::chrono::duration<double>(o.interval).count();
   for (;;) {
     view.size = tty ? terminal_size() : ViewSize{80, 40};
+    view.fill = tty && !o.once;
     screen.draw(render_watch(status, model, view, std::chrono::system_clock::now()));
     if (o.once) break;
 

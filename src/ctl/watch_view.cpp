@@ -209,7 +209,7 @@ std::vector<std::string> render_watch(const JobStatus& s, const WatchModel& m, c
     const auto& e = events[i];
     put((e.seen ? clock_text(*e.seen) : std::string("earlier ")) + "  " + e.text);
   }
-  while (static_cast<int>(lines.size()) < height - 1) lines.emplace_back();
+  while (o.fill && static_cast<int>(lines.size()) < height - 1) lines.emplace_back();
   put("Ctrl-C quits; refreshed every " + number(o.interval_s, o.interval_s < 1 ? 1 : 0) + " s");
   return lines;
 }

@@ -26,9 +26,12 @@ struct ViewOptions {
   // The step a progress bar is full at; 0: the highest step of any rank.
   int64_t total_steps = 0;
   double interval_s = 1;  // for the footer
+  // Pad with blank lines to the full height, the footer last (a terminal's
+  // frame); else as long as what there is to show.
+  bool fill = true;
 };
 
-// Exactly size.height lines (fewer when the frame is shorter), each at most
+// size.height lines (with `fill`; at most that many without), each at most
 // size.width columns, without newlines or control characters.
 std::vector<std::string> render_watch(const JobStatus& s, const WatchModel& m, const ViewOptions& o,
                                       std::chrono::system_clock::time_point now);

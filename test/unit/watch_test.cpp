@@ -152,6 +152,13 @@ TEST_CASE("a watch frame fits an 80x24 terminal and shows every rank while they 
   for (const auto& l : lines) rank_rows += l.find("[#") != std::string::npos;
   CHECK(rank_rows == 8);
   CHECK_THAT(lines.back(), Catch::StartsWith("Ctrl-C quits"));
+  // Not a terminal's frame (a pipe, --once): no padding to the height.
+  o.fill = false;
+  const auto plain = render_watch(s, m, o, Clock::now());
+  CHECK(plain.size() < lines.size());
+  CHECK_FALSE(plain[plain.size() - 2].empty());
+  CHECK_THAT(plain.back(), Catch::StartsWith("Ctrl-C quits"));
+  o.fill = true;
 
   // Too many ranks for the rows: a row per node, with its ranks.
   JobStatus big = running_job(6, 8);
