@@ -6,7 +6,6 @@
 #include "ckpt/layout.hpp"
 #include "elasticrun/checkpoint.hpp"
 #include "elasticrun/errors.hpp"
-#include "elasticrun/worker.hpp"
 
 namespace elasticrun::ckpt {
 namespace fs = std::filesystem;
@@ -72,10 +71,6 @@ fs::path Checkpointer::save(std::int64_t step, std::span<const ShardView> shards
   // Refuses extra_json that is not JSON now, before anything is written.
   const std::string manifest =
       rank_ == 0 ? layout::encode_manifest(step, world_size_, extra_json) : std::string();
-  // For the agent: a save is no hang (however long it takes), and its
-  // length goes in the event log (a `section` named "ckpt"). Nothing
-  // without a control block (under torchrun).
-  const sdk::Section saving("ckpt");
   FileSystem& disk = file_system();
   const fs::path final_dir = root_ / layout::step_dir(step);
   const fs::path partial = root_ / (layout::step_dir(step) + std::string(layout::kPartialSuffix));

@@ -10,6 +10,7 @@ PNG of the chart's size) and a self-contained HTML page.
 
 from __future__ import annotations
 
+import os
 import shutil
 import struct
 import subprocess
@@ -31,8 +32,10 @@ class Terminal:
         self.socket = str(tmp_path / "tmux.sock")
 
     def tmux(self, *args: str) -> str:
+        # CI has no terminal of its own: say which one the window emulates.
+        env = dict(os.environ, TERM="xterm-256color")
         return subprocess.run([TMUX, "-S", self.socket, *args], check=True, capture_output=True,
-                              text=True, timeout=30).stdout
+                              text=True, timeout=30, env=env, stdin=subprocess.DEVNULL).stdout
 
     def start(self, command: str) -> None:
         self.tmux("new-session", "-d", "-x", "80", "-y", "24", "-s", "w", command)
