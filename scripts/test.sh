@@ -11,6 +11,8 @@ jobs=$(nproc)
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
 export ASAN_OPTIONS="detect_leaks=1 abort_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1"
+# Third-party caches that live until exit by design (fontconfig's).
+export LSAN_OPTIONS="suppressions=$PWD/test/lsan.supp"
 
 cmake --preset tsan >/dev/null
 cmake --build --preset tsan -j "$jobs" --target unit_tests
