@@ -13,6 +13,7 @@
 #include "agent/fault_record.hpp"
 #include "agent/fault_stacks.hpp"
 #include "agent/health_watch.hpp"
+#include "agent/rank_logs.hpp"
 #include "elasticrun/errors.hpp"
 #include "supervisor/descendants.hpp"
 
@@ -25,47 +26,6 @@ using supervisor::WorkerExit;
 // --warm-start: how long after its workers start an attempt begins warming
 // the next restart's interpreters.
 constexpr uint64_t kWarmRefillDelayMs = 3000;
-
-// Where one worker's stdout or stderr goes (torchrun's DefaultLogsSpecs).
-struct StreamPlan {
-  std::string file;      // log file, when redirected or tee'd
-  bool tee = false;      // also to the console, line by line with the prefix
-  bool discard = false;  // filtered out by --local-ranks-filter: /dev/null
-  // A log rule reads it: it passes through the agent, which writes what
-  // the worker would have (file, console, neither) unchanged.
-  bool observed = false;
-};
-
-struct RankPlan {
-  StreamPlan out, err;
-  std::string prefix;
-};
-
-RankPlan plan_rank_logs(const AgentConfig& c, const fs::path& rank_dir, int local_rank, int rank,
-                        const std::string& host) {
-  auto bits = [](const std::vector<int>& v, int r) {
-    return static_cast<size_t>(r) < v.size() ? v[static_cast<size_t>(r)] : 0;
-  };
-  int tee = bits(c.tee, local_rank);
-  const int redirect = bits(c.redirects, local_rank) | tee;
-  const bool filtered = c.local_ranks_filter && !c.local_ranks_filter->count(local_rank);
-  if (filtered) tee = 0;
-  RankPlan p;
-  auto plan = [&](StreamPlan& s, int bit, const char* name) {
-    if (redirect & bit) s.file = (rank_dir / name).string();
-    s.tee = (tee & bit) != 0;
-    s.discard = filtered && s.file.empty();
-  };
-  plan(p.out, 1, "stdout.log");
-  plan(p.err, 2, "stderr.log");
-  p.out.observed = p.err.observed = rules_read_output(c, local_rank);
-  p.prefix =
-      substitute_template(c.log_line_prefix_template, {{"role_name", c.role},
-                                                       {"rank", std::to_string(rank)},
-                                                       {"local_rank", std::to_string(local_rank)},
-                                                       {"hostname", host}});
-  return p;
-}
 
 // One attempt: start the workers, watch them until every one has exited.
 class Attempt final : public AttemptControl, public supervisor::LogPump::LineObserver {
