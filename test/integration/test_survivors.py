@@ -54,7 +54,9 @@ def test_a_survivor_blocked_in_an_all_reduce_with_a_stuck_peer_is_released(
     # error, soon after the hang limit passed.
     [released] = [r for r in recs if r["event"] == "released" and r["rank"] == 0]
     assert released["gen"] == 1 and released["step"] == 20
-    assert "Connection closed" in released["error"] or "closed" in released["error"], released
+    # gloo's read on the pair to the stopped peer fails: "closed" when the
+    # peer's socket sent FIN, "reset" when it still held unread data (RST).
+    assert any(w in released["error"] for w in ("closed", "reset")), released
     assert HANG_S <= released["t"] - bad["t"] < HANG_S + RELEASE_BOUND_S, (released, bad)
     # The next round trained to the end on both ranks.
     finished = {r["rank"] for r in recs if r["event"] == "finish" and r["gen"] > 1}
