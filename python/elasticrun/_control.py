@@ -40,6 +40,9 @@ REASON_SIZE = 128
 # Header flags (the agent's). A fixed job's agent (static, standalone)
 # publishes no scale events.
 AGENT_FIXED = 1 << 0
+# --inprocess-restart: workers may park when their round ends and re-form
+# with the next round's assignment (elasticrun.inprocess).
+AGENT_INPROCESS = 1 << 1
 
 FLAG_ATTACHED = 1 << 0  # an SDK opened the block and handles SIGUSR1
 FLAG_STOPPED = 1 << 1  # reached the stop step, checkpointing
@@ -47,6 +50,8 @@ FLAG_SAVED = 1 << 2  # its checkpoint shard is written
 FLAG_IN_SECTION = 1 << 3  # in a marked section (evaluation, a save): no step is due
 FLAG_LOSS_NONFINITE = 1 << 4  # a loss reported since attach was NaN or infinite
 FLAG_STACKS = 1 << 5  # dumps its Python stacks on ELASTICRUN_STACK_SIGNAL
+FLAG_INPROCESS = 1 << 6  # re-forms in process: parks at the end of a round
+FLAG_PARKED = 1 << 7  # left its round; waits for the next assignment
 SECTION_NAME_SIZE = 8  # bytes of a section's name the slot keeps
 
 # How long a reader retries while a seqlock stays odd at one value (its
@@ -74,6 +79,7 @@ class EventKind(enum.IntEnum):
     REPLACE = 3
     SHUTDOWN = 4
     RESTART = 5
+    REFORM = 6  # the next round's assignment is ready for parked workers
 
 
 def kind_name(kind: int) -> str:
@@ -183,9 +189,19 @@ class ControlBlock:
         return num_slots
 
     @property
+    def agent_flags(self) -> int:
+        """The header's AGENT_* bits (written once, before any worker starts)."""
+        return struct.unpack_from("<I", self._mm, 20)[0]
+
+    @property
     def fixed(self) -> bool:
         """The agent runs a fixed job (static, standalone): no scale events come."""
-        return bool(struct.unpack_from("<I", self._mm, 20)[0] & AGENT_FIXED)
+        return bool(self.agent_flags & AGENT_FIXED)
+
+    @property
+    def inprocess(self) -> bool:
+        """The agent re-forms parked workers in process (--inprocess-restart)."""
+        return bool(self.agent_flags & AGENT_INPROCESS)
 
     def close(self) -> None:
         if self._mm is not None:

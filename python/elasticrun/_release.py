@@ -115,7 +115,7 @@ def release_collectives(reason: str) -> Optional[str]:
 
 class Releaser(threading.Thread):
     """Watches the control block's event for a failure of the worker's round
-    and then releases its collectives, once."""
+    and then releases its collectives, once per round."""
 
     def __init__(self, block: ControlBlock, rank: str):
         super().__init__(name="elasticrun-release", daemon=True)
@@ -128,6 +128,7 @@ class Releaser(threading.Thread):
 
     def run(self) -> None:
         seen = -1
+        released = None  # the round whose collectives were released
         while not self._stop.wait(POLL_S):
             try:
                 if self._block.header_seq() == seen:
@@ -136,9 +137,12 @@ class Releaser(threading.Thread):
                 seen, event = self._block.snapshot_event()
             except (ValueError, TypeError):  # the block was closed
                 return
-            if event.kind in FAILURE_KINDS and event.stop_step < 0:
+            # Once per round: a worker that re-forms in process
+            # (elasticrun.inprocess) goes on into the next one.
+            if event.kind in FAILURE_KINDS and event.stop_step < 0 and event.generation != released:
+                released = event.generation
                 what = release_collectives(event.reason)
                 if what is not None:
-                    print(f"elasticrun: rank {self._rank}: the round ended ({event.reason}); "
+                    rank = os.environ.get("RANK", self._rank)
+                    print(f"elasticrun: rank {rank}: the round ended ({event.reason}); "
                           f"{what}", file=sys.stderr, flush=True)
-                return

@@ -166,6 +166,7 @@ int run_node(const AgentConfig& config, events::EventLog& events, Serving& servi
   if (cb) {
     control = std::make_unique<control::ControlBlock>(std::move(cb).value());
     if (!config.dynamic) control->set_agent_flags(control::kAgentFixed);
+    if (config.inprocess_restart) control->set_agent_flags(control::kAgentInprocess);
     node.base["ELASTICRUN_CONTROL_FILE"] = control->path();
     node.control = control.get();
     if (serving.control) serving.control->set_block(control.get());

@@ -67,6 +67,11 @@ struct AgentConfig {
   elastic::PolicyConfig policy;
   // After a scale event, how long workers get to checkpoint and exit.
   std::chrono::milliseconds graceful_shutdown_timeout{std::chrono::seconds(60)};
+  // --inprocess-restart (dynamic jobs): workers whose SDK re-forms in
+  // process park when their round ends and continue in the next with its
+  // assignment; only local ranks whose process is gone start again
+  // (docs/inprocess.md). The deadline to park is the stop's grace.
+  bool inprocess_restart = false;
 
   // Base directory of the per-attempt log/error directories; empty: a temp dir.
   std::string log_dir;

@@ -9,11 +9,15 @@
 #include <cstring>
 
 #include "agent/attempt_events.hpp"
+#include "agent/attempt_plan.hpp"
 #include "agent/failure_report.hpp"
 #include "agent/fault_record.hpp"
 #include "agent/fault_stacks.hpp"
 #include "agent/health_watch.hpp"
+#include "agent/hook.hpp"
+#include "agent/parking.hpp"
 #include "agent/rank_logs.hpp"
+#include "agent/worker_streams.hpp"
 #include "elasticrun/errors.hpp"
 #include "supervisor/descendants.hpp"
 
@@ -27,7 +31,20 @@ using supervisor::WorkerExit;
 // the next restart's interpreters.
 constexpr uint64_t kWarmRefillDelayMs = 3000;
 
-// One attempt: start the workers, watch them until every one has exited.
+// A parked worker's wait for the agent is checked this often while stopping.
+constexpr uint64_t kParkPollMs = 5;
+
+// What a dismissed attempt's loop asks when no round is left to ask.
+AttemptDelegate& no_round() {
+  static AttemptDelegate idle;
+  return idle;
+}
+
+}  // namespace
+
+// One attempt: start the workers, watch them until every one has exited,
+// or (--inprocess-restart) until every one still running has parked; then
+// resume() runs them in the next round, or dismiss() ends them.
 class Attempt final : public AttemptControl, public supervisor::LogPump::LineObserver {
  public:
   Attempt(const AgentConfig& c, const NodeContext& node, int restart_count, fs::path attempt_dir,
@@ -41,8 +58,9 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
         restart_count_(restart_count),
         attempt_dir_(std::move(attempt_dir)),
         rank_offset_(rank_offset),
-        delegate_(delegate),
+        delegate_(&delegate),
         inbox_(inbox),
+        inprocess_(c.inprocess_restart && node.control != nullptr),
         fault_stacks_(&loop_, std::move(stack_files)) {
     uv_loop_init(&loop_);
     uv_signal_init(&loop_, &sigchld_);
@@ -57,6 +75,8 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     rescue_timer_.data = this;
     uv_timer_init(&loop_, &monitor_timer_);
     monitor_timer_.data = this;
+    uv_timer_init(&loop_, &park_timer_);
+    park_timer_.data = this;
     uv_async_init(&loop_, &inbox_async_, [](uv_async_t* h) {
       auto* self = static_cast<Attempt*>(h->data);
       self->inbox_->run_pending(*self);
@@ -66,7 +86,7 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
 
   ~Attempt() {
     if (inbox_) inbox_->detach();
-    pump_.drain_and_close();
+    streams_.drain_and_close();
     uv_walk(
         &loop_,
         [](uv_handle_t* h, void*) {
@@ -80,22 +100,12 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     while (uv_run(&loop_, UV_RUN_DEFAULT) != 0) {
     }
     uv_loop_close(&loop_);
-    for (int fd : parent_fds_) ::close(fd);
   }
 
+  // The first attempt of these workers: every one starts.
   Outcome run(std::vector<supervisor::SpawnSpec> specs, const std::vector<RankPlan>& logs,
               const fs::path& attempt_dir) {
-    const supervisor::LogPump::LineCopy* out_copy = line_copy(
-        stdout_copy_, config_.duplicate_stdout_filters, attempt_dir / "filtered_stdout.log");
-    const supervisor::LogPump::LineCopy* err_copy = line_copy(
-        stderr_copy_, config_.duplicate_stderr_filters, attempt_dir / "filtered_stderr.log");
-    std::vector<int> child_fds;
-    for (size_t r = 0; r < specs.size() && r < logs.size(); ++r) {
-      specs[r].stdout_fd =
-          stream_fd(logs[r].out, STDOUT_FILENO, logs[r].prefix, out_copy, 2 * r, child_fds);
-      specs[r].stderr_fd =
-          stream_fd(logs[r].err, STDERR_FILENO, logs[r].prefix, err_copy, 2 * r + 1, child_fds);
-    }
+    streams_.open_filtered_copies(config_, attempt_dir);
     // A cgroup of this attempt's own, below the job's: what a worker starts,
     // setsid or not, stays in it, and is killed with it when the attempt ends.
     if (job_cgroup_ && job_cgroup_->valid()) {
@@ -106,7 +116,6 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
         log_->warn("{}; this attempt's workers run without one", cg.status().message());
       }
     }
-    for (auto& s : specs) s.cgroup_fd = cgroup_.procs_fd();
     uv_signal_start(
         &sigchld_, [](uv_signal_t* h, int) { static_cast<Attempt*>(h->data)->on_child(); },
         SIGCHLD);
@@ -120,20 +129,95 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
           sig);
       forwarded_.push_back(std::move(s));
     }
+    return launch(std::move(specs), logs, std::vector<pid_t>(specs.size(), 0));
+  }
+
+  // A later round of the same workers (--inprocess-restart): the parked
+  // ones continue in it with the assignment published for them; the local
+  // ranks whose process is gone start afresh from `specs`.
+  Outcome resume(std::vector<supervisor::SpawnSpec> specs, const std::vector<RankPlan>& logs,
+                 const Assignment& a, fs::path attempt_dir, std::vector<std::string> stack_files,
+                 AttemptDelegate& delegate, Inbox* inbox) {
+    restart_count_ = a.restart_count;
+    rank_offset_ = a.rank_offset;
+    attempt_dir_ = std::move(attempt_dir);
+    delegate_ = &delegate;
+    inbox_ = inbox;
+    fault_stacks_.renew(std::move(stack_files));
+    stopping_ = done_ = parked_ = false;
+    outcome_ = Outcome::kSucceeded;
+    failures_.clear();
+    stop_reason_.reset();
+    fault_.reset();
+    rescuers_.clear();
+    rescue_started_.reset();
+    // A worker that died while the node was between rounds starts again.
+    for (const WorkerExit& e : group_.reap()) {
+      log_->warn("worker local rank {} (pid {}) exited while parked ({}); it starts again",
+                 e.local_rank, e.pid, e.describe());
+    }
+    std::vector<pid_t> running(specs.size(), 0);
+    for (int lr = 0; lr < static_cast<int>(specs.size()); ++lr) {
+      if (static_cast<size_t>(lr) < group_.size() && !group_.exited(lr)) {
+        running[static_cast<size_t>(lr)] = group_.pid(lr);
+      } else {
+        node_.control->clear_slot(lr);
+      }
+    }
+    return launch(std::move(specs), logs, running);
+  }
+
+  // Tells parked workers to exit (no round wants them) and ends the
+  // attempt as run() ends one: nothing of the workers is left.
+  void dismiss(const std::string& reason) {
+    delegate_ = &no_round();
+    inbox_ = nullptr;
+    if (!group_.all_exited()) {
+      log_->info("{} parked worker(s) told to exit: {}", group_.running(), reason);
+      dismiss_parked(*node_.control, reason);
+      done_ = parked_ = false;
+      dismissing_ = true;
+      stop(0, Outcome::kStopped, config_.shutdown_timeout);
+      on_child();
+      if (!done_) uv_run(&loop_, UV_RUN_DEFAULT);
+    }
+    teardown();
+  }
+
+  bool parked() const { return parked_; }
+
+ private:
+  // Starts every local rank whose running[] is 0, adopts the others, and
+  // watches the workers until all have exited (then tears the attempt
+  // down) or all running ones have parked.
+  Outcome launch(std::vector<supervisor::SpawnSpec> specs, const std::vector<RankPlan>& logs,
+                 const std::vector<pid_t>& running) {
+    std::vector<int> child_fds;
+    for (size_t r = 0; r < specs.size() && r < logs.size(); ++r) {
+      if (running[r] == 0) streams_.wire(specs[r], logs[r], r, child_fds);
+    }
+    for (auto& s : specs) s.cgroup_fd = cgroup_.procs_fd();
     // --warm-start: interpreters that have imported torch already take the
     // workers they can; the rest start as usual.
     const auto spawn_start = std::chrono::steady_clock::now();
-    std::vector<pid_t> warm(specs.size(), 0);
-    size_t warmed = 0;
-    for (size_t r = 0; warm_ && r < specs.size(); ++r) {
-      warm[r] = warm_->activate(specs[r]);
-      warmed += warm[r] > 0 ? 1 : 0;
+    std::vector<pid_t> adopt = running;
+    size_t warmed = 0, resumed = 0;
+    for (size_t r = 0; r < specs.size(); ++r) {
+      if (adopt[r] > 0) {
+        ++resumed;
+      } else if (warm_) {
+        adopt[r] = warm_->activate(specs[r]);
+        warmed += adopt[r] > 0 ? 1 : 0;
+      }
     }
-    util::Status st = group_.start(specs, warm);
+    util::Status st = group_.start(specs, adopt);
     // The workers hold their ends now; ours would keep the pipes open forever.
     for (int fd : child_fds) ::close(fd);
     if (!st) throw Error("cannot start workers: " + st.message());
-    if (warm_) {
+    if (resumed > 0) {
+      log_->info("{} parked worker(s) go on in the new round; {} started (restart count {})",
+                 resumed, specs.size() - resumed, restart_count_);
+    } else if (warm_) {
       log_->info("started {} worker(s) (restart count {}; {} in warm interpreters)", specs.size(),
                  restart_count_, warmed);
       // The next restart's interpreters import while this attempt trains,
@@ -148,12 +232,12 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     for (int lr = 0; lr < static_cast<int>(group_.size()); ++lr) pids.push_back(group_.pid(lr));
     record_workers_start(*node_.events, {restart_count_, rank_offset_}, pids, warmed,
                          std::chrono::steady_clock::now() - spawn_start);
-    delegate_.attempt_started(*this);
+    delegate_->attempt_started(*this);
     const auto every = static_cast<uint64_t>(config_.monitor_interval.count());
     uv_timer_start(
         &monitor_timer_,
         [](uv_timer_t* t) {
-          static_cast<Attempt*>(t->data)->delegate_.tick(std::chrono::steady_clock::now());
+          static_cast<Attempt*>(t->data)->delegate_->tick(std::chrono::steady_clock::now());
         },
         every, every);
     // A message may have been posted before the loop could hear it:
@@ -164,11 +248,24 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     if (!done_) uv_run(&loop_, UV_RUN_DEFAULT);
     // An attempt shorter than the refill delay: the next one still finds interpreters.
     if (warm_) warm_->refill();
+    if (parked_) {
+      // The round's inbox goes with the round; the next one brings its own.
+      if (inbox_) inbox_->detach();
+      inbox_ = nullptr;
+      return outcome_;
+    }
+    teardown();
+    return outcome_;
+  }
+
+  void teardown() {
     // Whatever the workers left behind dies with them: what is in their
     // process groups, what left those (setsid) but not the cgroup, and what
     // was handed to us as the subreaper when its parent died. The idle warm
     // interpreters and the death watch are ours, not theirs.
+    torn_down_ = true;
     group_.signal_all(SIGKILL);
+    util::Status st;
     if (st = cgroup_.kill(); !st) log_->warn("{}", st.message());
     if (st = cgroup_.remove(); !st) log_->warn("{}", st.message());
     std::vector<pid_t> helpers = warm_ ? warm_->idle_pids() : std::vector<pid_t>{};
@@ -177,77 +274,20 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
       log_->info("{} process(es) the workers left behind were killed and reaped", n);
     }
     group_.forget();
-    pump_.drain_and_close();
-    return outcome_;
+    streams_.drain_and_close();
   }
 
+ public:
+  bool torn_down() const { return torn_down_; }
   const std::vector<WorkerExit>& failures() const { return failures_; }
   const std::optional<std::string>& stop_reason() const { return stop_reason_; }
   const std::optional<health::Fault>& fault() const { return fault_; }
   const std::vector<StackResult>& stacks() const { return fault_stacks_.stacks(); }
 
  private:
-  // torchrun's filtered_std{out,err}.log of the attempt, created (empty) as
-  // torchrun does whenever filters are given; null without filters.
-  const supervisor::LogPump::LineCopy* line_copy(supervisor::LogPump::LineCopy& copy,
-                                                 const std::vector<std::string>& needles,
-                                                 const fs::path& path) {
-    if (needles.empty()) return nullptr;
-    copy.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (copy.fd < 0) {
-      throw Error("cannot create log file " + path.string() + ": " + std::strerror(errno));
-    }
-    parent_fds_.push_back(copy.fd);
-    copy.needles = needles;
-    return &copy;
-  }
-
-  // The descriptor a worker gets for one stream, per the plan; -1 inherits
-  // the agent's. Descriptors only the child needs go to child_fds.
-  int stream_fd(const StreamPlan& p, int console, const std::string& prefix,
-                const supervisor::LogPump::LineCopy* copy, size_t tag,
-                std::vector<int>& child_fds) {
-    if (p.observed && !p.tee) {
-      // Where the bytes would have gone, unchanged; and the lines to the rules.
-      supervisor::LogPump::Sink sink;
-      if (!p.file.empty()) {
-        sink.file_fd = ::open(p.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (sink.file_fd < 0) {
-          throw Error("cannot create log file " + p.file + ": " + std::strerror(errno));
-        }
-        parent_fds_.push_back(sink.file_fd);
-      } else if (!p.discard) {
-        sink.console_fd = console;
-        sink.raw = true;
-      }
-      sink.observer = this;
-      sink.tag = static_cast<int>(tag);
-      int pipe_w = pump_.add(std::move(sink));
-      child_fds.push_back(pipe_w);
-      return pipe_w;
-    }
-    if (p.discard) {
-      int fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-      child_fds.push_back(fd);
-      return fd;
-    }
-    if (p.file.empty()) return -1;
-    int file = ::open(p.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (file < 0) throw Error("cannot create log file " + p.file + ": " + std::strerror(errno));
-    if (!p.tee) {
-      child_fds.push_back(file);
-      return file;
-    }
-    parent_fds_.push_back(file);  // the pump writes it
-    int pipe_w = pump_.add(
-        {file, console, false, prefix, copy, p.observed ? this : nullptr, static_cast<int>(tag)});
-    child_fds.push_back(pipe_w);
-    return pipe_w;
-  }
-
   // LogPump::LineObserver: a line of a stream a log rule reads.
   void on_line(int tag, std::string_view line) override {
-    if (!stopping_) delegate_.on_log_line(tag / 2, line);
+    if (!stopping_) delegate_->on_log_line(tag / 2, line);
   }
 
  public:
@@ -261,20 +301,40 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
         log_->warn("worker local rank {} (pid {}) failed: {}", e.local_rank, e.pid, e.describe());
         failures_.push_back(e);
         stop_after_failure(Outcome::kFailed, config_.shutdown_timeout);
-        delegate_.on_failure(e);
+        delegate_->on_failure(e);
       } else if (e.failed() && outcome_ == Outcome::kFailed) {
         // Survivors we stopped are listed too (exitcode -15), as torchrun
         // lists them; the root cause is still the earliest failure.
         failures_.push_back(e);
       }
     }
-    if (group_.all_exited()) finish();
+    if (group_.all_exited()) {
+      finish();
+    } else {
+      check_parked();
+    }
+  }
+
+  // --inprocess-restart: the attempt ends parked once every worker still
+  // running has parked, and one has.
+  void check_parked() {
+    if (!inprocess_ || !stopping_ || done_ || dismissing_) return;
+    size_t waiting = 0;
+    for (int lr = 0; lr < static_cast<int>(group_.size()); ++lr) {
+      if (group_.exited(lr)) continue;
+      if (!agent::parked(*node_.control, lr, group_.pid(lr))) return;
+      ++waiting;
+    }
+    if (waiting == 0) return;
+    log_->info("{} worker(s) parked, waiting for the next round", waiting);
+    parked_ = true;
+    finish();
   }
 
   void on_signal(int sig) {
     const bool first = stop_signal_ == 0;
     // The delegate hears of the first signal even when it is forwarded.
-    const bool leaves = first && delegate_.on_signal(sig);
+    const bool leaves = first && delegate_->on_signal(sig);
     if (leaves && !stopping_) {
       log_->warn("received {}: this node leaves the job; its workers stop as the nodes agree",
                  supervisor::signal_name(sig));
@@ -361,14 +421,14 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
                        files);
     record_health_fault(*node_.events, {restart_count_, rank_offset_}, fault,
                         (attempt_dir_ / "fault.json").string());
-    delegate_.on_fault(fault);
+    delegate_->on_fault(fault);
   }
 
   void request_stop(const std::string& reason) override {
     if (stopping_ || done_) return;
     stop_reason_ = reason;
     log_->info("stopping the workers: {}", reason);
-    if (delegate_.tell_stop(group_)) {
+    if (delegate_->tell_stop(group_)) {
       stop(0, Outcome::kStopped, config_.graceful_shutdown_timeout);
     } else {
       stop_after_failure(Outcome::kStopped, config_.graceful_shutdown_timeout);
@@ -379,10 +439,12 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
   // --shutdown-signal to every worker after a failure; those that can save a
   // rescue get the rescue window first (AttemptHooks::rescue).
   void stop_after_failure(Outcome why, std::chrono::milliseconds grace) {
-    const std::chrono::milliseconds window = delegate_.rescue_window();
+    const std::chrono::milliseconds window = delegate_->rescue_window();
     rescuers_.clear();
     for (int lr = 0; lr < static_cast<int>(group_.size()); ++lr) {
-      if (window.count() > 0 && !group_.exited(lr) && delegate_.rescue(lr) != Rescue::kNone) {
+      // They park once their collectives are released (the SDK's releaser).
+      if (inprocess_ && !group_.exited(lr) && reforms(*node_.control, lr, group_.pid(lr))) continue;
+      if (window.count() > 0 && !group_.exited(lr) && delegate_->rescue(lr) != Rescue::kNone) {
         rescuers_.push_back(lr);
       } else {
         group_.signal_group(lr, config_.shutdown_signal);
@@ -400,7 +462,7 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
           auto* self = static_cast<Attempt*>(t->data);
           for (int lr : self->rescuers_) {
             if (self->group_.exited(lr)) continue;
-            if (self->delegate_.rescue(lr) == Rescue::kUnderWay) {
+            if (self->delegate_->rescue(lr) == Rescue::kUnderWay) {
               self->log_->info("worker local rank {} is saving a rescue: left to finish", lr);
             } else {
               self->group_.signal_group(lr, self->config_.shutdown_signal);
@@ -434,11 +496,29 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
           auto* self = static_cast<Attempt*>(t->data);
           self->log_->warn(
               "workers still running {} ms after they were told to stop: sending "
-              "SIGKILL",
-              self->kill_after_.count());
-          self->group_.signal_all(SIGKILL);
+              "SIGKILL{}",
+              self->kill_after_.count(), self->parking() ? " to those not parked" : "");
+          self->kill_unparked();
         },
         static_cast<uint64_t>(grace.count()), 0);
+    if (parking()) {
+      uv_timer_start(
+          &park_timer_, [](uv_timer_t* t) { static_cast<Attempt*>(t->data)->check_parked(); },
+          kParkPollMs, kParkPollMs);
+    }
+  }
+
+  bool parking() const { return inprocess_ && !dismissing_; }
+
+  // At the stop's grace: every worker, or, while workers may park, those
+  // that have not (they start again in the next round).
+  void kill_unparked() {
+    for (int lr = 0; lr < static_cast<int>(group_.size()); ++lr) {
+      if (parking() && !group_.exited(lr) && agent::parked(*node_.control, lr, group_.pid(lr))) {
+        continue;
+      }
+      group_.signal_group(lr, SIGKILL);
+    }
   }
 
   void finish() {
@@ -449,6 +529,7 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     uv_timer_stop(&refill_timer_);
     uv_timer_stop(&rescue_timer_);
     uv_timer_stop(&monitor_timer_);
+    uv_timer_stop(&park_timer_);
     fault_stacks_.cancel();
     uv_stop(&loop_);
   }
@@ -462,8 +543,8 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
   int restart_count_;
   fs::path attempt_dir_;
   int rank_offset_;
-  AttemptDelegate& delegate_;
-  Inbox* inbox_;  // may be null
+  AttemptDelegate* delegate_;  // the round's; no_round() once dismissed
+  Inbox* inbox_;               // may be null
   uv_loop_t loop_{};
   uv_async_t inbox_async_{};
   std::chrono::milliseconds kill_after_{0};
@@ -474,6 +555,8 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
   uv_timer_t refill_timer_{};   // --warm-start: interpreters for the next attempt
   uv_timer_t rescue_timer_{};   // the end of the rescue window after a failure
   uv_timer_t monitor_timer_{};  // --monitor-interval: the delegate's tick
+  uv_timer_t park_timer_{};     // --inprocess-restart: whether the workers parked
+  const bool inprocess_;        // --inprocess-restart with a control block
   std::optional<health::Fault> fault_;
   FaultStacks fault_stacks_;   // the fault's stacks, and the wait for them
   std::vector<int> rescuers_;  // local ranks given the rescue window
@@ -481,108 +564,78 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
   std::vector<std::unique_ptr<uv_signal_t>> forwarded_;
   bool stopping_ = false;
   bool done_ = false;
+  bool parked_ = false;      // done_, with every running worker parked
+  bool dismissing_ = false;  // parked workers told to exit
+  bool torn_down_ = false;
   Outcome outcome_ = Outcome::kSucceeded;
   int stop_signal_ = 0;
   std::vector<WorkerExit> failures_;
-  supervisor::LogPump::LineCopy stdout_copy_, stderr_copy_;  // outlive pump_
-  supervisor::LogPump pump_{&loop_};
-  std::vector<int> parent_fds_;
+  WorkerStreams streams_{&loop_, this};
   std::shared_ptr<spdlog::logger> log_ = util::logger("agent");
 };
 
-// Runs a pre/post-train hook to completion; returns its exit status
-// (128+N when killed by signal N, 127 when it could not start).
-int run_hook(const char* what, const std::vector<std::string>& cmd,
-             const std::map<std::string, std::string>& env) {
-  auto log = util::logger("agent");
-  supervisor::SpawnSpec spec;
-  spec.argv = cmd;
-  spec.env = to_envp(env);
-  auto pid = supervisor::spawn(spec);
-  if (!pid.is_ok()) {
-    log->error("{} script: {}", what, pid.status().message());
-    return 127;
-  }
-  int status = 0;
-  while (::waitpid(pid.value(), &status, 0) < 0 && errno == EINTR) {
-  }
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  if (code != 0) log->warn("{} script {} exited with {}", what, cmd[0], code);
-  return code;
+ParkedWorkers::ParkedWorkers(std::unique_ptr<Attempt> attempt) : attempt_(std::move(attempt)) {}
+
+ParkedWorkers::~ParkedWorkers() {
+  if (attempt_ && !attempt_->torn_down()) attempt_->dismiss("no round wants this node's workers");
+}
+
+size_t ParkedWorkers::count() const { return attempt_->workers().running(); }
+
+namespace {
+
+void collect(const Attempt& attempt, AttemptResult& result) {
+  result.failures = attempt.failures();
+  result.stop_signal = attempt.stop_signal();
+  result.stop_reason = attempt.stop_reason();
+  result.fault = attempt.fault();
+  result.stacks = attempt.stacks();
 }
 
 }  // namespace
 
-FailureReport failure_report(const AgentConfig& config, const AttemptResult& r) {
-  FailureReport report;
-  report.script_name = config.script_name;
-  report.failures = r.failures;
-  report.error_files = r.error_files;
-  report.agent_error_file = config.agent_error_file;
-  report.fault = r.fault;
-  report.stacks = r.stacks;
-  report.stack_files = r.stack_files;
-  return report;
-}
-
 AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, const Assignment& a,
-                          int attempt_index, AttemptDelegate& delegate, Inbox* inbox) {
+                          int attempt_index, AttemptDelegate& delegate, Inbox* inbox,
+                          std::shared_ptr<ParkedWorkers> parked) {
   auto log = util::logger("agent");
-  WorkerEnvOptions eo;
-  eo.role = config.role;
-  eo.run_id = config.run_id;
-  eo.max_restarts = config.max_restarts;
-  eo.virtual_local_rank = config.virtual_local_rank;
-  eo.stack_signal = stack_signal();
-  if (config.progress.hang.mode == health::HangLimit::Mode::kFixed) {
-    eo.hang_seconds = static_cast<double>(config.progress.hang.fixed.count()) / 1000.0;
-  }
-  const fs::path attempt_dir = node.run_dir / ("attempt_" + std::to_string(attempt_index));
-  std::vector<supervisor::SpawnSpec> specs;
-  std::vector<RankPlan> logs;
-  // torchrun recreates the attempt directory; a leftover of a crashed run must not mix in.
-  fs::remove_all(attempt_dir);
-  fs::create_directories(attempt_dir);
-  for (int lr = 0; lr < a.local_world_size; ++lr) {
-    fs::path rank_dir = attempt_dir / std::to_string(lr);
-    // One mkdir each: the attempt directory was just made, and it is empty.
-    fs::create_directory(rank_dir);
-    eo.error_files.push_back((rank_dir / "error.json").string());
-    eo.stack_files.push_back((rank_dir / "stacks.txt").string());
-    logs.push_back(plan_rank_logs(config, rank_dir, lr, a.rank_offset + lr, node.host));
-  }
-  for (int lr = 0; lr < a.local_world_size; ++lr) {
-    supervisor::SpawnSpec s;
-    s.argv = config.worker_command;
-    // torchrun's macros: ${local_rank} in any argument (not the program).
-    for (size_t i = 1; i < s.argv.size(); ++i) {
-      s.argv[i] = substitute_template(s.argv[i], {{"local_rank", std::to_string(lr)}});
-    }
-    s.env = to_envp(worker_env(node.base, a, eo, lr));
-    if (static_cast<size_t>(lr) < node.cpu_sets.size()) {
-      s.cpu_affinity = node.cpu_sets[static_cast<size_t>(lr)];
-    }
-    specs.push_back(std::move(s));
-  }
-
+  AttemptPlan plan = plan_attempt(config, node, a, attempt_index);
   AttemptResult result;
-  result.error_files = eo.error_files;
-  result.stack_files = eo.stack_files;
+  result.error_files = plan.error_files;
+  result.stack_files = plan.stack_files;
+  const AttemptPlace place{a.restart_count, a.rank_offset};
+  if (parked && node.control) {
+    std::vector<RankEnv> changed;
+    for (const RankEnv& env : plan.env) changed.push_back(changed_from(node.base, env));
+    if (auto st = publish_reform(*node.control, a.generation, a.world_size, changed); !st) {
+      log->error("{}: the parked workers are dismissed, and every worker starts afresh",
+                 st.message());
+      parked.reset();
+      node.control->reset(a.generation);
+    }
+  }
+  if (parked && node.control) {
+    // No hooks around a resumed attempt: its workers never stopped.
+    Attempt& attempt = parked->attempt();
+    result.outcome = attempt.resume(std::move(plan.specs), plan.logs, a, plan.dir,
+                                    plan.stack_files, delegate, inbox);
+    collect(attempt, result);
+    if (attempt.parked()) result.parked = std::move(parked);
+    record_workers_end(*node.events, place, result);
+    return result;
+  }
   if (!config.pre_train_command.empty() &&
       run_hook("pre-train", config.pre_train_command, node.base) != 0) {
     log->error("pre-train script failed: the workers of attempt {} do not start", attempt_index);
   } else {
-    Attempt attempt(config, node, a.restart_count, attempt_dir, eo.stack_files, a.rank_offset,
-                    delegate, inbox);
-    result.outcome = attempt.run(std::move(specs), logs, attempt_dir);
-    result.failures = attempt.failures();
-    result.stop_signal = attempt.stop_signal();
-    result.stop_reason = attempt.stop_reason();
-    result.fault = attempt.fault();
-    result.stacks = attempt.stacks();
-    record_workers_end(*node.events, {a.restart_count, a.rank_offset}, result);
+    auto attempt = std::make_unique<Attempt>(config, node, a.restart_count, plan.dir,
+                                             plan.stack_files, a.rank_offset, delegate, inbox);
+    result.outcome = attempt->run(std::move(plan.specs), plan.logs, plan.dir);
+    collect(*attempt, result);
+    if (attempt->parked()) result.parked = std::make_shared<ParkedWorkers>(std::move(attempt));
+    record_workers_end(*node.events, place, result);
   }
-  if (!config.post_train_command.empty()) {
+  // After the workers exit: parked ones have not.
+  if (!config.post_train_command.empty() && !result.parked) {
     run_hook("post-train", config.post_train_command, node.base);
   }
   return result;

@@ -151,6 +151,28 @@ struct NodeContext {
   serve::AgentMetrics* metrics = nullptr;
 };
 
+class Attempt;
+
+// --inprocess-restart: the workers of an attempt that ended with every one
+// still running parked, alive and waiting for their next round; give them
+// to the next run_attempt, which resumes them there (docs/inprocess.md).
+// Destroying the last reference dismisses them: they are told to exit
+// (EventKind::shutdown), SIGKILLed after --shutdown-timeout, and nothing of
+// them is left. The agent's main thread only.
+class ParkedWorkers {
+ public:
+  explicit ParkedWorkers(std::unique_ptr<Attempt> attempt);
+  ~ParkedWorkers();
+  ParkedWorkers(const ParkedWorkers&) = delete;
+  ParkedWorkers& operator=(const ParkedWorkers&) = delete;
+
+  Attempt& attempt() { return *attempt_; }
+  size_t count() const;  // the parked workers
+
+ private:
+  std::unique_ptr<Attempt> attempt_;
+};
+
 struct AttemptResult {
   Outcome outcome = Outcome::kFailed;
   std::vector<supervisor::WorkerExit> failures;
@@ -161,6 +183,8 @@ struct AttemptResult {
   std::optional<health::Fault> fault;
   std::vector<StackResult> stacks;
   std::vector<std::string> stack_files;  // of each local rank
+  // Set when the workers parked (--inprocess-restart) rather than exited.
+  std::shared_ptr<ParkedWorkers> parked;
 };
 
 // torchrun's failure report of a failed attempt (failure_report.hpp).
@@ -169,9 +193,16 @@ FailureReport failure_report(const AgentConfig& config, const AttemptResult& res
 
 // Starts this node's workers for `a` (logs and error files under
 // <run_dir>/attempt_<attempt>/), runs the pre/post-train hooks around them,
-// and returns when all have exited. `inbox`, when given, carries messages
-// from the delegate's helper threads to the attempt's loop.
+// and returns when all have exited, or (--inprocess-restart) when every
+// one still running has parked: then the result holds them. `inbox`, when
+// given, carries messages from the delegate's helper threads to the
+// attempt's loop. `parked`: the previous attempt's parked workers, which
+// go on in this round with `a` (its assignment is published to them
+// through the control block); only local ranks without a process start,
+// and no hook runs. The control block is not reset then: its slots are
+// the running workers'.
 AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, const Assignment& a,
-                          int attempt, AttemptDelegate& delegate, Inbox* inbox = nullptr);
+                          int attempt, AttemptDelegate& delegate, Inbox* inbox = nullptr,
+                          std::shared_ptr<ParkedWorkers> parked = nullptr);
 
 }  // namespace elasticrun::agent

@@ -51,6 +51,8 @@ void record_workers_end(events::EventLog& events, const AttemptPlace& at, const 
   if (r.stop_reason) fields["stop_reason"] = *r.stop_reason;
   if (r.stop_signal != 0) fields["signal"] = r.stop_signal;
   if (r.fault) fields["fault"] = r.fault->reason();
+  // --inprocess-restart: the workers still alive, waiting for the next round.
+  if (r.parked) fields["parked"] = r.parked->count();
   events.record(events::type::kWorkersEnd, std::move(fields));
 }
 

@@ -60,6 +60,8 @@ class DynamicAgent {
     rdzv_ = std::make_unique<rendezvous::Rendezvous>(rc_);
     courier_ = std::make_unique<Round::Courier>(std::make_unique<rendezvous::Rendezvous>(rc_));
     const int code = rounds();
+    // Parked workers no round will take exit before this node's store goes.
+    parked_.reset();
     // The courier's last errands (a leave's end record) go out before the
     // store this node may host stops.
     courier_.reset();
@@ -92,11 +94,16 @@ class DynamicAgent {
         log_->warn("round {}: a full-job restart: this node's warm interpreters start afresh",
                    place.round);
         if (node_.warm) node_.warm->renew();
+        // A full-job restart starts every process afresh, parked or not.
+        parked_.reset();
       }
       const Assignment a = start_round(place);
       record_round_start(place, a);
+      if (node_.control && !parked_) node_.control->reset(place.round);
       Round round(config_, rc_, place, node_.control, *courier_, beat_, node_.gpu, node_.metrics);
-      AttemptResult r = run_attempt(config_, node_, a, attempt, round, &round.inbox());
+      AttemptResult r =
+          run_attempt(config_, node_, a, attempt, round, &round.inbox(), std::move(parked_));
+      parked_ = std::move(r.parked);
       // What the attempt asked the courier to write (a failure's end
       // record) is in the store before this node looks at the round's end.
       courier_->drain();
@@ -133,6 +140,7 @@ class DynamicAgent {
       if (e->release > 0 && place.group_rank >= place.group_world_size - e->release) {
         log_->info("this node gives its place back (release); it waits as a spare");
         released = true;
+        parked_.reset();  // a spare runs no workers
       }
       log_->info("round {} over ({}): rejoining", place.round, rendezvous::to_string(e->kind));
     }
@@ -248,6 +256,8 @@ class DynamicAgent {
   AttemptResult last_failure_;                    // this node's last failed attempt, for the report
   int last_rank_offset_ = 0;
   std::unique_ptr<EmbeddedStore> worker_store_, retired_store_;
+  // --inprocess-restart: the last attempt's workers, parked for the next round.
+  std::shared_ptr<ParkedWorkers> parked_;
   std::shared_ptr<spdlog::logger> log_ = util::logger("agent");
 };
 

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "agent/attempt.hpp"
 #include "util/signals.hpp"
 
 namespace elasticrun::agent {
@@ -291,6 +292,18 @@ void FailureReport::print(int rank_offset) const {
         {"timestamp", std::to_string(std::chrono::system_clock::to_time_t(e.when))}};
     dst << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
+}
+
+FailureReport failure_report(const AgentConfig& config, const AttemptResult& r) {
+  FailureReport report;
+  report.script_name = config.script_name;
+  report.failures = r.failures;
+  report.error_files = r.error_files;
+  report.agent_error_file = config.agent_error_file;
+  report.fault = r.fault;
+  report.stacks = r.stacks;
+  report.stack_files = r.stack_files;
+  return report;
 }
 
 }  // namespace elasticrun::agent

@@ -51,4 +51,11 @@ void FaultStacks::cancel() {
   ready_ = nullptr;
 }
 
+void FaultStacks::renew(std::vector<std::string> stack_files) {
+  cancel();
+  files_ = std::move(stack_files);
+  stacks_.clear();
+  sizes_.clear();
+}
+
 }  // namespace elasticrun::agent

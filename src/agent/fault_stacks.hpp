@@ -32,6 +32,9 @@ class FaultStacks {
                std::function<void()> ready);
   // The attempt ended first: `ready` will not run.
   void cancel();
+  // The same workers in a new attempt (--inprocess-restart): its stacks
+  // files, and no stacks taken yet.
+  void renew(std::vector<std::string> stack_files);
 
   const std::vector<StackResult>& stacks() const { return stacks_; }
   const std::vector<std::string>& files() const { return files_; }

@@ -294,6 +294,7 @@ AgentConfig plan_agent(const cli::LaunchConfig& c, const Environment& env) {
   // The worker SDK reads per-world-size overrides from the job config file.
   if (c.elastic.config_file) a.worker_env["ELASTICRUN_CONFIG_FILE"] = *c.elastic.config_file;
   plan_rendezvous(c, a);
+  a.inprocess_restart = c.inprocess_restart && a.dynamic;
   // The event log's lines name the agent as its heartbeat does; a fixed
   // job's agent has no heartbeat, and gets an id made the same way.
   if (a.dynamic) {

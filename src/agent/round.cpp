@@ -67,7 +67,6 @@ Round::Round(const AgentConfig& config, const rendezvous::RendezvousConfig& rc,
       control_(control),
       courier_(courier),
       beat_(beat) {
-  if (control_) control_->reset(place_.round);
   rendezvous::WatchOptions wo;
   wo.assignment = place_;
   wo.policy = config_.policy;

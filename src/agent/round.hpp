@@ -32,8 +32,8 @@ class Round final : public MonitoredRound, public rendezvous::RoundListener {
  public:
   using Courier = agent::Courier<rendezvous::Rendezvous>;
 
-  // Resets the control block (when there is one) for the round and starts
-  // the round's watch. Throws NetworkError when the watch cannot connect.
+  // Starts the round's watch (the caller resets the control block for the
+  // round, unless parked workers hold its slots). Throws NetworkError when the watch cannot connect.
   // `beat`: the node's progress its heartbeat carries to the leader.
   // `gpu`: the node's GPU health, or null.
   Round(const AgentConfig& config, const rendezvous::RendezvousConfig& rc,

@@ -185,10 +185,10 @@ void derive_notes(LaunchConfig& c, const Given& g) {
   } else if (given(g, Flag::kServerHost)) {
     note(Flag::kServerHost, "no server without --server-port or --metrics-port");
   }
-  if (c.inprocess_restart) {
+  if (c.inprocess_restart && !(c.rdzv_backend == "c10d" && c.nnodes_max > 1)) {
     note(Flag::kInprocessRestart,
-         "accepted, but in-process restart is not implemented yet: failed workers restart as "
-         "processes");
+         "ignored in a fixed job (standalone, static): it re-forms workers across the rounds "
+         "of an elastic one (--rdzv-backend c10d)");
   }
   if (c.warm_start && c.no_python) {
     note(Flag::kWarmStart, "ignored with --no-python: the workers are not Python scripts");

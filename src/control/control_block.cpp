@@ -206,6 +206,8 @@ const char* to_string(EventKind kind) {
       return "shutdown";
     case EventKind::restart:
       return "restart";
+    case EventKind::reform:
+      return "reform";
   }
   return "unknown";
 }
@@ -388,10 +390,14 @@ void ControlBlock::reset(uint64_t generation) {
   store_words(h->reason, zeros, kReasonSize / 8);
   end_write(h->seq, odd);
 
+  for (int i = 0; i < num_slots_; ++i) clear_slot(i);
+}
+
+void ControlBlock::clear_slot(int local_rank) {
   SlotView empty;
   empty.loss = std::numeric_limits<double>::quiet_NaN();
   empty.tokens_per_s = std::numeric_limits<double>::quiet_NaN();
-  for (int i = 0; i < num_slots_; ++i) write_slot(i, empty);
+  write_slot(local_rank, empty);
 }
 
 util::Status ControlBlock::unlink() {

@@ -42,6 +42,12 @@ inline constexpr uint32_t kFlagLossNonFinite = 1u << 4;
 // It writes its threads' Python stacks to ELASTICRUN_STACK_FILE when it
 // receives ELASTICRUN_STACK_SIGNAL (faulthandler).
 inline constexpr uint32_t kFlagStacks = 1u << 5;
+// It re-forms in process (--inprocess-restart): when its round ends it
+// parks instead of exiting, so the agent does not signal it.
+inline constexpr uint32_t kFlagInprocess = 1u << 6;
+// It left its round (its process group is torn down) and waits for the
+// next round's assignment (EventKind::reform).
+inline constexpr uint32_t kFlagParked = 1u << 7;
 // The longest section name a slot keeps (longer names are cut).
 inline constexpr size_t kSectionNameSize = 8;
 
@@ -49,6 +55,9 @@ inline constexpr size_t kSectionNameSize = 8;
 // The agent of a fixed job (static, standalone) publishes no scale events:
 // its workers' SDK answers elastic_event_detected() as without a block.
 inline constexpr uint32_t kAgentFixed = 1u << 0;
+// --inprocess-restart: workers may park at the end of a round and re-form
+// with the next one's assignment instead of exiting.
+inline constexpr uint32_t kAgentInprocess = 1u << 1;
 
 enum class EventKind : uint32_t {
   none = 0,
@@ -57,6 +66,10 @@ enum class EventKind : uint32_t {
   replace = 3,
   shutdown = 4,
   restart = 5,
+  // The next round's assignment is ready for parked workers: generation is
+  // the new round, next_world_size its world size; the environment of each
+  // local rank is in the assignment file (agent/reform.hpp).
+  reform = 6,
 };
 
 // "scale_up", ...; "unknown" for a value outside the enum (a newer agent or a
@@ -122,6 +135,10 @@ class ControlBlock {
   // events over the block's life. Call it only while no worker runs: it
   // writes the slots, which otherwise belong to the workers.
   void reset(uint64_t generation);
+  // Empties slot local_rank (as reset does every slot) for a worker that
+  // is gone, before its replacement starts: only while no process of that
+  // local rank runs.
+  void clear_slot(int local_rank);
   // The header's agent flags (kAgent*): set once, before any worker starts.
   void set_agent_flags(uint32_t flags);
   uint32_t agent_flags() const;

@@ -199,13 +199,11 @@ def finish(job: Job, marker: str, expected: dict[int, int]) -> None:  # noqa: F8
     assert not left, "processes of the job left behind:\n  " + "\n  ".join(left)
 
 
-def test_the_python_example_resized_from_two_to_four_to_three_to_two_trains_as_the_fixed_run(
-        procs, marker, elasticrun, elasticctl, torchrun, tmp_path, store, shared_runs):  # noqa: F811
-    want = fixed_run(shared_runs, torchrun)
-    log = tmp_path / "log"
-    # A scaling timeout of 3 s: both new agents wait before the job grows,
-    # so it grows once, onto both.
-    job = elastic_job(procs, marker, elasticrun, tmp_path, store, "--scaling-timeout", "3")
+def two_four_three_two(procs, elasticctl, job: Job, log: Path, store: int,  # noqa: F811
+                       run_id: str) -> None:
+    """Resizes a job of nodes 1 and 2 to 4 nodes (3 and 4 join at once), to
+    3 (node 4 leaves on SIGTERM) and to 2 (an operator releases one),
+    waiting for a step at each size."""
     job.start_agent(1)
     job.start_agent(2)
     g2 = wait_world(job, log, 2)
@@ -220,10 +218,20 @@ def test_the_python_example_resized_from_two_to_four_to_three_to_two_trains_as_t
     # An operator's release: the highest group rank gives its place back and
     # waits as a spare until the job ends.
     ctl = procs.run([elasticctl, "release", "--nodes", "1", "--rdzv-endpoint",
-                     f"127.0.0.1:{store}", "--rdzv-id", RUN_ID], "elasticctl-release",
+                     f"127.0.0.1:{store}", "--rdzv-id", run_id], "elasticctl-release",
                     timeout=GEN_TIMEOUT_S)
     assert ctl.popen.returncode == 0, ctl.describe()
     wait_world(job, log, 2, after_gen=g3)
+
+
+def test_the_python_example_resized_from_two_to_four_to_three_to_two_trains_as_the_fixed_run(
+        procs, marker, elasticrun, elasticctl, torchrun, tmp_path, store, shared_runs):  # noqa: F811
+    want = fixed_run(shared_runs, torchrun)
+    log = tmp_path / "log"
+    # A scaling timeout of 3 s: both new agents wait before the job grows,
+    # so it grows once, onto both.
+    job = elastic_job(procs, marker, elasticrun, tmp_path, store, "--scaling-timeout", "3")
+    two_four_three_two(procs, elasticctl, job, log, store, RUN_ID)
     finish(job, marker, {1: 0, 2: 0, 3: 0})
 
     got = steps_logged(log)

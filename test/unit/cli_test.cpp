@@ -612,7 +612,8 @@ TEST_CASE("shutdown timeout and line prefix fall back to torchrun's variables", 
   CHECK(c.log_line_prefix_template == "x");
 }
 
-TEST_CASE("hyperpodrun's --inprocess-restart is accepted with a note, from the flag or PET_",
+TEST_CASE("hyperpodrun's --inprocess-restart is taken from the flag or PET_; a fixed job notes "
+          "that it ignores it",
           "[cli]") {
   auto has_note = [](const LaunchConfig& c) {
     for (const auto& n : c.notes) {
@@ -627,6 +628,10 @@ TEST_CASE("hyperpodrun's --inprocess-restart is accepted with a note, from the f
   CHECK(flagged.inprocess_restart);
   CHECK(has_note(flagged));
   CHECK(flagged.training_script == "train.py");
+  LaunchConfig elastic = parse({"--inprocess-restart", "--nnodes", "1:3", "--rdzv-backend", "c10d",
+                                "--rdzv-endpoint", "127.0.0.1:29400", "train.py"});
+  CHECK(elastic.inprocess_restart);
+  CHECK_FALSE(has_note(elastic));
   LaunchConfig from_env = parse({"train.py"}, {{"PET_INPROCESS_RESTART", "1"}});
   CHECK(from_env.inprocess_restart);
 }
