@@ -175,7 +175,8 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     if (!group_.all_exited()) {
       log_->info("{} parked worker(s) told to exit: {}", group_.running(), reason);
       dismiss_parked(*node_.control, reason);
-      done_ = parked_ = false;
+      // The last round's stop is over: this one needs its own kill timer.
+      stopping_ = done_ = parked_ = false;
       dismissing_ = true;
       stop(0, Outcome::kStopped, config_.shutdown_timeout);
       on_child();
