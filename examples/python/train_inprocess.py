@@ -22,7 +22,7 @@ train_elastic.py does.
 With --log DIR each rank appends one JSON line per step to
 DIR/steps.rank<R>.jsonl: train_elastic.py's record (the step, the epoch,
 the generation, the world size, the sample indices, the loss, the learning
-rate, the micro-batch), the process id (`pid`), so a test can tell a
+rate, the micro-batch), the time (`t`, time.time()), the process id (`pid`), so a test can tell a
 process that went on from one that started again, and a hash of the
 parameters the step started from (`params`).
 """
@@ -154,7 +154,7 @@ def main() -> int:
                                               "gen": world.generation, "world": world.size,
                                               "global_batch": samples, "loss": loss_value,
                                               "lr": lr, "micro": micro, "indices": indices,
-                                              "pid": os.getpid(),
+                                              "pid": os.getpid(), "t": time.time(),
                                               "params": params_digest(state.model)}) + "\n")
                     loss.backward()
                 # The state changes only after the step's collectives: a
