@@ -14,6 +14,7 @@ bit (a joiner's weights came from a survivor).
 from __future__ import annotations
 
 import math
+import os
 import signal
 from collections import defaultdict
 from pathlib import Path
@@ -160,6 +161,38 @@ def test_survivors_of_a_node_killed_mid_step_go_on_in_the_same_process_from_the_
     assert len(set().union(*pids.values())) == 3, pids
     for rank in (0, 1):
         assert len({pid for (gen, r), ps in pids.items() if r == rank for pid in ps}) == 1, pids
+    for step in range(1, STEPS + 1):
+        assert global_order(got[step]) == global_order(want[step]), step
+        mine, theirs = got[step][0]["loss"], want[step][0]["loss"]
+        assert math.isclose(mine, theirs, rel_tol=LOSS_REL_TOL), (step, mine, theirs)
+
+
+def test_a_killed_worker_starts_again_and_takes_the_state_from_the_survivor_which_goes_on(
+        procs, marker, elasticrun, torchrun, tmp_path, store, shared_runs):  # noqa: F811
+    want = fixed_run(shared_runs, torchrun)
+    log = tmp_path / "log"
+    job = inprocess_job(procs, marker, elasticrun, tmp_path, store, "--max-restarts", "1")
+    job.start_agent(1)
+    job.start_agent(2)
+    g2 = wait_world(job, log, 2)
+    wait_for(lambda: max(steps_logged(log)) >= 10, "ten steps", timeout=GEN_TIMEOUT_S,
+             proc=job.agents[1])
+    [victim] = {e["pid"] for ranks in steps_logged(log).values() for e in ranks if e["rank"] == 1}
+    os.kill(victim, signal.SIGKILL)
+    wait_world(job, log, 2, after_gen=g2)
+    finish(job, marker, {1: 0, 2: 0})
+
+    logged = steps_logged(log)
+    got = last_generation_of_each_step(logged)
+    check_run(got)
+    check_same_params(got)
+    pids = pids_by_rank_and_gen(logged)
+    # Rank 0 is one process throughout; rank 1 is the killed one, then its
+    # replacement, which started from the survivor's state, not step 0.
+    assert len({pid for (gen, r), ps in pids.items() if r == 0 for pid in ps}) == 1, pids
+    assert len({pid for (gen, r), ps in pids.items() if r == 1 for pid in ps}) == 2, pids
+    later = [e for ranks in logged.values() for e in ranks if e["gen"] > g2]
+    assert min(e["step"] for e in later) > 10, later[:2]
     for step in range(1, STEPS + 1):
         assert global_order(got[step]) == global_order(want[step]), step
         mine, theirs = got[step][0]["loss"], want[step][0]["loss"]
