@@ -17,6 +17,7 @@
 #include "agent/hook.hpp"
 #include "agent/parking.hpp"
 #include "agent/rank_logs.hpp"
+#include "agent/rescue_window.hpp"
 #include "agent/worker_streams.hpp"
 #include "elasticrun/errors.hpp"
 #include "supervisor/descendants.hpp"
@@ -65,18 +66,11 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     uv_loop_init(&loop_);
     uv_signal_init(&loop_, &sigchld_);
     sigchld_.data = this;
-    uv_timer_init(&loop_, &kill_timer_);
-    kill_timer_.data = this;
-    uv_timer_init(&loop_, &leave_timer_);
-    leave_timer_.data = this;
-    uv_timer_init(&loop_, &refill_timer_);
-    refill_timer_.data = this;
-    uv_timer_init(&loop_, &rescue_timer_);
-    rescue_timer_.data = this;
-    uv_timer_init(&loop_, &monitor_timer_);
-    monitor_timer_.data = this;
-    uv_timer_init(&loop_, &park_timer_);
-    park_timer_.data = this;
+    for (uv_timer_t* t : {&kill_timer_, &leave_timer_, &refill_timer_, &monitor_timer_,
+                          &park_timer_}) {
+      uv_timer_init(&loop_, t);
+      t->data = this;
+    }
     uv_async_init(&loop_, &inbox_async_, [](uv_async_t* h) {
       auto* self = static_cast<Attempt*>(h->data);
       self->inbox_->run_pending(*self);
@@ -149,8 +143,7 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     failures_.clear();
     stop_reason_.reset();
     fault_.reset();
-    rescuers_.clear();
-    rescue_started_.reset();
+    rescue_.clear();
     // A worker that died while the node was between rounds starts again.
     for (const WorkerExit& e : group_.reap()) {
       log_->warn("worker local rank {} (pid {}) exited while parked ({}); it starts again",
@@ -297,7 +290,7 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
  private:
   void on_child() {
     for (const WorkerExit& e : group_.reap()) {
-      record_rescue(e);
+      rescue_.record_exit(e, node_.control, *node_.events, {restart_count_, rank_offset_});
       if (e.failed() && !stopping_) {
         log_->warn("worker local rank {} (pid {}) failed: {}", e.local_rank, e.pid, e.describe());
         failures_.push_back(e);
@@ -372,19 +365,6 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     stop(sig, Outcome::kSignaled, config_.shutdown_timeout);
   }
 
-  // A worker given the rescue window exited: whether its SDK marked its
-  // rescue saved, and how long after the failure.
-  void record_rescue(const WorkerExit& e) {
-    if (!rescue_started_ ||
-        std::find(rescuers_.begin(), rescuers_.end(), e.local_rank) == rescuers_.end()) {
-      return;
-    }
-    const bool saved = node_.control && e.local_rank < node_.control->num_slots() &&
-                       (node_.control->read_slot(e.local_rank).flags & control::kFlagSaved) != 0;
-    agent::record_rescue(*node_.events, {restart_count_, rank_offset_}, e, saved,
-                         std::chrono::steady_clock::now() - *rescue_started_);
-  }
-
  public:
   const supervisor::WorkerGroup& workers() const override { return group_; }
   int rank_offset() const override { return rank_offset_; }
@@ -400,18 +380,7 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     fault_ = fault;
     log_->error("health: {}", fault.describe());
     // Where every running worker was, before anything is signalled.
-    const auto& files = fault_stacks_.files();
-    std::vector<StackTarget> targets;
-    for (int lr = 0; lr < static_cast<int>(group_.size()); ++lr) {
-      if (group_.exited(lr) || static_cast<size_t>(lr) >= files.size()) continue;
-      StackTarget t;
-      t.local_rank = lr;
-      t.pid = group_.pid(lr);
-      t.registered = node_.control && lr < node_.control->num_slots() &&
-                     (node_.control->read_slot(lr).flags & control::kFlagStacks) != 0;
-      t.file = files[static_cast<size_t>(lr)];
-      targets.push_back(t);
-    }
+    const auto targets = fault_stacks_.targets(group_, node_.control);
     const auto path = node_.base.find("PATH");
     // Once the workers' faulthandlers have written (or the grace passed),
     // they stop as after a failure.
@@ -419,7 +388,7 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
       if (!stopping_) stop_after_failure(Outcome::kFailed, config_.shutdown_timeout);
     });
     write_fault_record(attempt_dir_ / "fault.json", fault, rank_offset_, fault_stacks_.stacks(),
-                       files);
+                       fault_stacks_.files());
     record_health_fault(*node_.events, {restart_count_, rank_offset_}, fault,
                         (attempt_dir_ / "fault.json").string());
     delegate_->on_fault(fault);
@@ -441,36 +410,19 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
   // rescue get the rescue window first (AttemptHooks::rescue).
   void stop_after_failure(Outcome why, std::chrono::milliseconds grace) {
     const std::chrono::milliseconds window = delegate_->rescue_window();
-    rescuers_.clear();
+    rescue_.clear();
     for (int lr = 0; lr < static_cast<int>(group_.size()); ++lr) {
       // They park once their collectives are released (the SDK's releaser).
       if (inprocess_ && !group_.exited(lr) && reforms(*node_.control, lr, group_.pid(lr))) continue;
       if (window.count() > 0 && !group_.exited(lr) && delegate_->rescue(lr) != Rescue::kNone) {
-        rescuers_.push_back(lr);
+        rescue_.add(static_cast<int>(lr));
       } else {
         group_.signal_group(lr, config_.shutdown_signal);
       }
     }
     stop(0, why, grace + window);
     kill_stopped();
-    if (rescuers_.empty()) return;
-    rescue_started_ = std::chrono::steady_clock::now();
-    log_->info("{} worker(s) may save a rescue: {} in {} ms unless one is under way",
-               rescuers_.size(), supervisor::signal_name(config_.shutdown_signal), window.count());
-    uv_timer_start(
-        &rescue_timer_,
-        [](uv_timer_t* t) {
-          auto* self = static_cast<Attempt*>(t->data);
-          for (int lr : self->rescuers_) {
-            if (self->group_.exited(lr)) continue;
-            if (self->delegate_->rescue(lr) == Rescue::kUnderWay) {
-              self->log_->info("worker local rank {} is saving a rescue: left to finish", lr);
-            } else {
-              self->group_.signal_group(lr, self->config_.shutdown_signal);
-            }
-          }
-        },
-        static_cast<uint64_t>(window.count()), 0);
+    rescue_.open(window, *delegate_);
   }
 
   // A stopped worker (SIGSTOP) acts on no polite signal until it continues,
@@ -528,7 +480,7 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     uv_timer_stop(&kill_timer_);
     uv_timer_stop(&leave_timer_);
     uv_timer_stop(&refill_timer_);
-    uv_timer_stop(&rescue_timer_);
+    rescue_.cancel();
     uv_timer_stop(&monitor_timer_);
     uv_timer_stop(&park_timer_);
     fault_stacks_.cancel();
@@ -554,14 +506,12 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
   uv_timer_t kill_timer_{};
   uv_timer_t leave_timer_{};    // signal_means_leave: forwards the signal if nobody stops us
   uv_timer_t refill_timer_{};   // --warm-start: interpreters for the next attempt
-  uv_timer_t rescue_timer_{};   // the end of the rescue window after a failure
   uv_timer_t monitor_timer_{};  // --monitor-interval: the delegate's tick
   uv_timer_t park_timer_{};     // --inprocess-restart: whether the workers parked
   const bool inprocess_;        // --inprocess-restart with a control block
   std::optional<health::Fault> fault_;
   FaultStacks fault_stacks_;   // the fault's stacks, and the wait for them
-  std::vector<int> rescuers_;  // local ranks given the rescue window
-  std::optional<std::chrono::steady_clock::time_point> rescue_started_;  // that window's start
+  RescueWindow rescue_{&loop_, group_, config_.shutdown_signal};  // after a failure
   std::vector<std::unique_ptr<uv_signal_t>> forwarded_;
   bool stopping_ = false;
   bool done_ = false;

@@ -51,6 +51,22 @@ void FaultStacks::cancel() {
   ready_ = nullptr;
 }
 
+std::vector<StackTarget> FaultStacks::targets(const supervisor::WorkerGroup& group,
+                                              const control::ControlBlock* block) const {
+  std::vector<StackTarget> out;
+  for (int lr = 0; lr < static_cast<int>(group.size()); ++lr) {
+    if (group.exited(lr) || static_cast<size_t>(lr) >= files_.size()) continue;
+    StackTarget t;
+    t.local_rank = lr;
+    t.pid = group.pid(lr);
+    t.registered = block && lr < block->num_slots() &&
+                   (block->read_slot(lr).flags & control::kFlagStacks) != 0;
+    t.file = files_[static_cast<size_t>(lr)];
+    out.push_back(t);
+  }
+  return out;
+}
+
 void FaultStacks::renew(std::vector<std::string> stack_files) {
   cancel();
   files_ = std::move(stack_files);

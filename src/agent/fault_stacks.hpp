@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "agent/stacks.hpp"
+#include "control/control_block.hpp"
+#include "supervisor/worker_group.hpp"
 
 namespace elasticrun::agent {
 
@@ -25,6 +27,10 @@ class FaultStacks {
   FaultStacks(const FaultStacks&) = delete;
   FaultStacks& operator=(const FaultStacks&) = delete;
 
+  // Each running worker of `group` with a stacks file, and whether its SDK
+  // dumps on the stack signal (kFlagStacks in `block`, when there is one).
+  std::vector<StackTarget> targets(const supervisor::WorkerGroup& group,
+                                   const control::ControlBlock* block) const;
   // Asks each target for its stacks, returning within a budget (py-spy runs
   // in parallel; `path` is the workers' PATH, where it is looked for), and
   // logs how each was taken. `ready` then runs on the loop, once.

@@ -86,6 +86,15 @@ def pids_by_rank_and_gen(logged: dict[int, list[dict]]) -> dict[tuple[int, int],
     return out
 
 
+def check_as_fixed_run(got: dict[int, list[dict]], want: dict[int, list[dict]]) -> None:
+    """The same samples in the same global order at every step as the fixed
+    run, and losses within the continuity test's tolerance."""
+    for step in range(1, STEPS + 1):
+        assert global_order(got[step]) == global_order(want[step]), step
+        mine, theirs = got[step][0]["loss"], want[step][0]["loss"]
+        assert math.isclose(mine, theirs, rel_tol=LOSS_REL_TOL), (step, mine, theirs)
+
+
 def check_same_params(logged: dict[int, list[dict]]) -> None:
     """Every rank of a step starts it from the same weights, bit for bit."""
     for step, ranks in sorted(logged.items()):
@@ -115,10 +124,7 @@ def test_survivors_of_a_join_a_leave_and_a_release_go_on_in_the_same_process_and
         assert len({pid for (gen, r), ps in pids.items() if r == rank for pid in ps}) == 1, pids
     said = "\n".join(p.stdout() + p.stderr() for p in job.agents.values())
     assert "parked worker(s) go on in the new round" in said, said[-4000:]
-    for step in range(1, STEPS + 1):
-        assert global_order(got[step]) == global_order(want[step]), step
-        mine, theirs = got[step][0]["loss"], want[step][0]["loss"]
-        assert math.isclose(mine, theirs, rel_tol=LOSS_REL_TOL), (step, mine, theirs)
+    check_as_fixed_run(got, want)
 
 
 def last_generation_of_each_step(logged: dict[int, list[dict]]) -> dict[int, list[dict]]:
@@ -161,10 +167,7 @@ def test_survivors_of_a_node_killed_mid_step_go_on_in_the_same_process_from_the_
     assert len(set().union(*pids.values())) == 3, pids
     for rank in (0, 1):
         assert len({pid for (gen, r), ps in pids.items() if r == rank for pid in ps}) == 1, pids
-    for step in range(1, STEPS + 1):
-        assert global_order(got[step]) == global_order(want[step]), step
-        mine, theirs = got[step][0]["loss"], want[step][0]["loss"]
-        assert math.isclose(mine, theirs, rel_tol=LOSS_REL_TOL), (step, mine, theirs)
+    check_as_fixed_run(got, want)
 
 
 def test_a_killed_worker_starts_again_and_takes_the_state_from_the_survivor_which_goes_on(
@@ -193,7 +196,4 @@ def test_a_killed_worker_starts_again_and_takes_the_state_from_the_survivor_whic
     assert len({pid for (gen, r), ps in pids.items() if r == 1 for pid in ps}) == 2, pids
     later = [e for ranks in logged.values() for e in ranks if e["gen"] > g2]
     assert min(e["step"] for e in later) > 10, later[:2]
-    for step in range(1, STEPS + 1):
-        assert global_order(got[step]) == global_order(want[step]), step
-        mine, theirs = got[step][0]["loss"], want[step][0]["loss"]
-        assert math.isclose(mine, theirs, rel_tol=LOSS_REL_TOL), (step, mine, theirs)
+    check_as_fixed_run(got, want)
