@@ -1,9 +1,10 @@
 """Where a churned run's wall time went, from the workers' timing records.
 
-Input: the records examples/python/train_elastic.py writes with --events
-(one JSON object a line: start, init, step, save, usr1, error, exit; every
-record carries pid, rank, world and attempt, rank 0's start time, which
-names one set of workers), the events the harness played (absolute times) and the
+Input: the records examples/python/train_elastic.py and train_inprocess.py
+write with --events (examples/python/bench_events.py: start, init, step,
+save, usr1, error, exit; every record carries pid, rank, world and attempt,
+rank 0's start time, which names one set of workers; a process that
+re-forms in process has records in several sets), the events the harness played (absolute times) and the
 run's start and end. Pure computation: the integration suite checks it on a
 hand-made log.
 
@@ -145,10 +146,18 @@ def attempts_of(records: list[dict], alive: dict[int, float] | None = None) -> l
             a.usr1.append(r["t"])
         elif ev == "error":
             a.errors.append(r["t"])
+    # A process in several sets went on from one to the next in process
+    # (--inprocess-restart): it left each but its last at its last record
+    # there, not when it was last seen running.
+    last_set: dict[int, float] = {}
+    for a in sorted(by_id.values(), key=lambda a: a.id):  # rank 0's start: in time order
+        for pid in a.last_seen:
+            last_set[pid] = a.id
     for a in by_id.values():
         a.steps = sorted(steps[a.id].values(), key=lambda r: r["t1"])
         for pid in a.last_seen:
-            a.last_seen[pid] = max(a.last_seen[pid], (alive or {}).get(pid, 0.0))
+            if last_set[pid] == a.id:
+                a.last_seen[pid] = max(a.last_seen[pid], (alive or {}).get(pid, 0.0))
     return sorted((a for a in by_id.values() if a.starts), key=lambda a: a.start)
 
 
@@ -198,6 +207,11 @@ def recovery(event: dict, old: Attempt | None, new: Attempt, kept_ids: set[int],
       process group (and built the model);
     - checkpoint load, first step: until every rank loaded, then until rank
       0's first step ended.
+
+    Beside them, "pause": the time with no step, from the old workers' last
+    step's end to the new workers' first step's start (the job trains on
+    through a detection and an agreed stop), and "lost_s", the training
+    thrown away by a rollback: together, what the change cost the job.
     """
     te = event["t"]
     out: dict = {"event": event.get("what", event.get("action")), "t": te,
@@ -226,6 +240,8 @@ def recovery(event: dict, old: Attempt | None, new: Attempt, kept_ids: set[int],
     }
     out["phases"] = phases
     out["total"] = (first["t1"] - te) if first else None
+    out["pause"] = (max(0.0, first["t0"] - last_step)
+                    if first and old is not None and old.steps else None)
     out["failed_starts"] = failed
     out["steps_lost"] = len(lost)
     out["lost_s"] = sum(s["t1"] - s["t0"] for s in lost)

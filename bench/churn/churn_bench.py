@@ -46,6 +46,8 @@ from scaleup_bench import BenchError, Procs, start_store, wait_for  # noqa: E402
 
 ROOT = HERE.parents[1]
 TRAIN = ROOT / "examples/python/train_elastic.py"
+# --inprocess: elasticrun's workers re-form in process (docs/inprocess.md).
+TRAIN_INPROCESS = ROOT / "examples/python/train_inprocess.py"
 GLOBAL_BATCH = 48
 START_TIMEOUT_S = 300
 
@@ -92,12 +94,12 @@ def cmdline(pid: int) -> list[str]:
         return []
 
 
-def worker_of(agent_pid: int) -> int | None:
-    """The agent's worker: a child running `python -u <train_elastic.py>` (the
+def worker_of(agent_pid: int, script: Path) -> int | None:
+    """The agent's worker: a child running `python -u <script>` (the
     elasticrun agent's death watch is its child too, with the agent's argv)."""
     for pid in ppid_map().get(agent_pid, []):
         argv = cmdline(pid)
-        if len(argv) > 2 and argv[1] == "-u" and str(TRAIN) in argv:
+        if len(argv) > 2 and argv[1] == "-u" and str(script) in argv:
             return pid
     return None
 
@@ -142,6 +144,8 @@ class Run:
         self.played: list[dict] = []
         self.notes: list[str] = []
         self.steps = math.ceil(trace.samples / GLOBAL_BATCH)
+        self.inprocess = launcher == "elasticrun" and getattr(args, "inprocess", False)
+        self.train = TRAIN_INPROCESS if self.inprocess else TRAIN
         path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
         self.env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="",
                         PYTHONPATH=str(ROOT / "python"), PATH=path, LOGLEVEL="WARNING",
@@ -156,17 +160,22 @@ class Run:
             argv = [a.elasticrun, *common, *ELASTICRUN_FLAGS]
             if a.warm_start:
                 argv.append("--warm-start")
+            if self.inprocess:
+                argv.append("--inprocess-restart")
             # "{n}" stands for the node's number (a file per agent: --event-log x{n}.jsonl).
             argv += [arg.replace("{n}", str(n))
                      for arg in shlex.split(getattr(a, "elasticrun_args", "") or "")]
         else:
             argv = [a.torchrun, *common, *TORCHRUN_FLAGS]
-        argv += [str(TRAIN), "--ckpt", str(self.dir / "ckpt"), "--steps", str(self.steps),
+        argv += [str(self.train), "--ckpt", str(self.dir / "ckpt"), "--steps", str(self.steps),
                  "--events", str(self.events_dir), "--sample-s", str(a.sample_s),
                  "--save-every", str(a.save_every), "--pg-timeout", str(a.pg_timeout)]
         if getattr(a, "sync_save", False):
             argv.append("--sync-save")
         self.nodes[n] = self.procs.start(f"agent{n}", argv, self.env)
+
+    def worker_of(self, n: int) -> int | None:
+        return worker_of(self.nodes[n].pid, self.train)
 
     def live(self) -> list[int]:
         return sorted(n for n, p in self.nodes.items() if n not in self.gone and p.poll() is None)
@@ -176,8 +185,26 @@ class Run:
         if n is not None:
             return n if n in self.live() else None
         live = self.live()
-        members = [m for m in live if worker_of(self.nodes[m].pid)]
+        members = self.members(live)
         return (members or live or [None])[-1]
+
+    def members(self, live: list[int]) -> list[int]:
+        """The nodes of `live` whose worker trains in the job's current set of
+        workers. With --inprocess a released node keeps its worker, parked
+        (a hot spare): there, only the workers of the latest set count."""
+        if not self.inprocess:
+            return [m for m in live if self.worker_of(m)]
+        latest: dict[int, float] = {}  # pid -> the attempt of its last start
+        for path in self.events_dir.glob("events.*.jsonl"):
+            for line in path.read_text().splitlines():
+                if '"ev": "start"' in line:
+                    try:
+                        r = json.loads(line)
+                    except ValueError:
+                        continue
+                    latest[r["pid"]] = r["attempt"]
+        current = max(latest.values(), default=None)
+        return [m for m in live if latest.get(self.worker_of(m) or -1) == current]
 
     def ctl(self, *argv: str) -> str:
         cmd = [self.args.elasticctl, *argv, "--rdzv-endpoint", f"127.0.0.1:{self.port}",
@@ -209,7 +236,7 @@ class Run:
                 self.gone.add(n)
                 kill_all(descendants(self.nodes[n].pid))
                 return f"node {n} killed (SIGKILL to its agent and all its processes)"
-            w = worker_of(self.nodes[n].pid)
+            w = self.worker_of(n)
             if w is None:
                 return None
             kill_all([w])
@@ -219,7 +246,7 @@ class Run:
             return self.ctl(ev.action, "--nodes", str(ev.arg))
         # torchrun has no operator requests: the closest real thing.
         if ev.action == "release":
-            members = [m for m in live if worker_of(self.nodes[m].pid)] or live
+            members = self.members(live) or live
             victims = members[-ev.arg:][: max(0, len(live) - self.trace.nnodes[0])]
             self.sigterm(victims)
             return f"release {ev.arg} as SIGTERM to node(s) {victims}"
@@ -239,7 +266,7 @@ class Run:
         if now >= self.next_scan:  # new workers: a /proc scan, four times a second
             self.next_scan = now + 0.25
             for p in self.nodes.values():
-                w = worker_of(p.pid) if p.poll() is None else None
+                w = worker_of(p.pid, self.train) if p.poll() is None else None
                 if w is not None:
                     self.workers.setdefault(w, now)
         for pid in self.workers:
@@ -372,6 +399,10 @@ def table(results: dict, fixed: dict | None) -> str:
     row("steps lost to rollbacks", lambda r: r["steps_lost"], lambda v: f"{v}", ratio=False)
     row("recovery after an event, mean (event to first new step)",
         lambda r: mean([x["total"] for x in r["recoveries"] if x["total"] is not None]), fmt_s)
+    row("time lost per event, mean (no step from the last old one to the first new one, "
+        "plus training rolled back)", lambda r: mean(
+            [x["pause"] + x["lost_s"] for x in r["recoveries"] if x.get("pause") is not None]),
+        fmt_s)
     for cat in acc.CATEGORIES[1:]:
         # .get: a run from before a category existed (--render) shows "-".
         row(f"time: {cat}", lambda r, c=cat: r["breakdown"].get(c), fmt_s, ratio=False)
@@ -383,15 +414,15 @@ def mean(xs):
 
 
 def recovery_table(res: dict) -> str:
-    L = ["| t | event | world | " + " | ".join(acc.PHASES) + " | total | steps lost |",
-         "|---:|---|---|" + "---:|" * (len(acc.PHASES) + 2)]
+    L = ["| t | event | world | " + " | ".join(acc.PHASES) + " | total | steps lost | pause |",
+         "|---:|---|---|" + "---:|" * (len(acc.PHASES) + 3)]
     for p, r in zip(res["played"], res["recoveries"]):
         ph = r.get("phases")
         world = f"{r.get('world_before')} -> {r.get('world_after')}" if ph else "-"
         cells = [fmt_s(ph[k]) if ph else "-" for k in acc.PHASES]
         note = "" if ph else f" ({r.get('note')})"
         L.append(f"| {p['at']:.0f} s | {p['what']}{note} | {world} | " + " | ".join(cells)
-                 + f" | {fmt_s(r['total'])} | {r['steps_lost']} |")
+                 + f" | {fmt_s(r['total'])} | {r['steps_lost']} | {fmt_s(r.get('pause'))} |")
     return "\n".join(L)
 
 
@@ -482,15 +513,17 @@ def runs_list(runs: dict) -> list[str]:
     return out
 
 
-def section_name(trace_path) -> str:
+def section_name(trace_path, inprocess: bool = False) -> str:
     """docs/benchmarks.md section of a trace: the default trace's is
-    'churn', the headline figures; each other trace has one of its own."""
+    'churn', the headline figures; each other trace has one of its own,
+    and so has each trace run with --inprocess."""
     stem = Path(trace_path).stem
-    return "churn" if stem == "steady" else f"churn-{stem}"
+    name = "churn" if stem == "steady" else f"churn-{stem}"
+    return f"{name}-inprocess" if inprocess else name
 
 
 def write_report(args, body: str) -> None:
-    section = section_name(args.trace)
+    section = section_name(args.trace, getattr(args, "inprocess", False))
     write_section(args.report, section, body)
     say(f"report: {args.report} (section '{section}')")
 
@@ -500,10 +533,11 @@ def render(args, trace, results, fixed, info, others: list[dict] | None = None,
     e, t = results.get("elasticrun"), results.get("torchrun")
     n_runs = max((len(v) for v in (runs or {}).values()), default=1)
     med = headline(results, runs)
-    beside_headline = section_name(args.trace) != "churn"
+    inprocess = getattr(args, "inprocess", False)
+    beside_headline = section_name(args.trace, inprocess) != "churn"
     title = "# Goodput under churn: a training job through membership changes, `elasticrun` vs `torchrun`"
     if beside_headline:
-        title += f" ({Path(args.trace).stem} trace)"
+        title += f" ({Path(args.trace).stem} trace{', in-process re-formation' if inprocess else ''})"
     L = [title, ""]
     how_many = ("one run per launcher" if n_runs == 1 else
                 f"{n_runs} runs per launcher, taking turns; goodput figures are medians, and the "
@@ -523,7 +557,11 @@ def render(args, trace, results, fixed, info, others: list[dict] | None = None,
              f"{GLOBAL_BATCH}), {len(trace.events)} events{repeat}, about "
              f"{trace.changes_per_minute():.1f} per minute of training; played: {played}")
     sync = getattr(args, "sync_save", False)
-    L.append(f"- Worker: examples/python/train_elastic.py on CPU (gloo), one per node, "
+    worker = ("elasticrun: examples/python/train_inprocess.py under `--inprocess-restart` "
+              "(train_elastic.py's job through elasticrun.inprocess.run(): survivors re-form in "
+              "process, new workers take the state from a survivor), torchrun: "
+              "examples/python/train_elastic.py" if inprocess else "examples/python/train_elastic.py")
+    L.append(f"- Worker: {worker} on CPU (gloo), one per node, "
              f"`--sample-s {args.sample_s} --save-every {args.save_every}"
              f"{' --sync-save' if sync else ''}`: periodic checkpoints written "
              f"{'in the training loop' if sync else 'in the background (save_async)'}, by both launchers")
@@ -585,6 +623,8 @@ def render(args, trace, results, fixed, info, others: list[dict] | None = None,
             L.append("")
     L += ["## Method, and what to keep in mind", ""]
     L += [f"- {x}" for x in METHOD]
+    if inprocess:
+        L += [f"- {x}" for x in METHOD_INPROCESS]
     return "\n".join(L)
 
 
@@ -605,7 +645,9 @@ METHOD = [
     "checkpoint save (at a stop, or a surviving worker's rescue of the state it holds after a "
     "peer died), rendezvous (until the first new worker process starts), restart (until every new "
     "worker has imported torch, joined its process group and built the model), checkpoint load, "
-    "first step.",
+    "first step. The pause column is the time with no training step, from the old workers' "
+    "last step to the new workers' first (the job trains on through a detection and up to an "
+    "agreed stop); the time lost per event adds to it the training a rollback threw away.",
     "Compute is a stand-in: each rank pauses `--sample-s` seconds per local sample inside each step, "
     "after the real forward, backward and gloo all-reduces of a small model. Steps therefore get "
     "shorter as the world grows, as data-parallel compute does, without several workers contending "
@@ -667,6 +709,17 @@ METHOD = [
 ]
 
 
+METHOD_INPROCESS = [
+    "With `--inprocess`, each round of elasticrun's job is one set of workers in the accounting "
+    "whether its processes are new or went on from the round before: a survivor's start is the "
+    "end of its park (the assignment arrived), its restart is the process group's start, and "
+    "its checkpoint load is the state's broadcast from a peer (nothing is read from disk but at "
+    "the job's start). Its stop ends when it parks, not when a process is gone. What the "
+    "paragraphs above say of elasticrun's workers restarting holds only for the processes that "
+    "must start: a joining node's and a killed worker's.",
+]
+
+
 def git_source() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
@@ -694,6 +747,8 @@ def command_line(args) -> str:
         cmd.append("--no-fixed")
     if args.warm_start:
         cmd.append("--warm-start")
+    if getattr(args, "inprocess", False):
+        cmd.append("--inprocess")
     if getattr(args, "sync_save", False):
         cmd.append("--sync-save")
     if getattr(args, "runs", 1) > 1:
@@ -715,6 +770,10 @@ def main() -> int:
     ap.add_argument("--no-fixed", action="store_true", help="skip the fixed-size elasticrun run")
     ap.add_argument("--warm-start", action="store_true",
                     help="run elasticrun with --warm-start (docs/warm-start.md)")
+    ap.add_argument("--inprocess", action="store_true",
+                    help="elasticrun's workers re-form in process: --inprocess-restart with "
+                         "examples/python/train_inprocess.py (docs/inprocess.md); torchrun's "
+                         "still run train_elastic.py")
     ap.add_argument("--elasticrun-args", default="",
                     help="more flags for every elasticrun agent, one string (e.g. the health "
                          "monitors': \"--hang-timeout 30 --config job.yaml\"); {n} in them "
@@ -791,7 +850,8 @@ def main() -> int:
             "nproc": os.cpu_count(), "load_start": load_start, "torch": importlib.metadata.version("torch"),
             "load_end": " / ".join(f"{x:.2f}" for x in os.getloadavg())}
     settings = {k: getattr(args, k) for k in ("launchers", "sample_s", "save_every", "pg_timeout",
-                                               "no_fixed", "warm_start", "sync_save", "runs")}
+                                               "no_fixed", "warm_start", "sync_save", "runs",
+                                               "inprocess")}
     out_json = args.json or base / "churn.json"
     out_json.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps({"trace": str(args.trace.resolve()), "settings": settings,

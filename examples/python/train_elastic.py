@@ -34,16 +34,7 @@ the plan; sizes without an entry train with --lr and --micro-batches. Under
 torchrun there is no file and nothing is overridden.
 
 With --events DIR each process appends timing records to
-DIR/events.<pid>.jsonl, one JSON object a line, all times time.time():
-"start" (the script's start and its process group ready; every record
-from here on carries rank, world size, generation, restart count and
-"attempt", rank 0's start time, shared by all ranks of one set of
-workers), "init" (checkpoint load begun, training about to begin), "step"
-(start and end of each optimizer step), "save" (each checkpoint: periodic,
-resize, final or rescue; for one written in the background, the time the
-loop spent on it: copying the state), "usr1" (the agent's scale-event
-signal arrived), "error" (the training loop raised, e.g. a peer died in a
-collective) and "exit".
+DIR/events.<pid>.jsonl (bench_events.py beside this file describes them).
 bench/churn/ accounts for a run's wall time from them. --sample-s stands
 in for compute that scales with the data: each rank pauses that long per
 local sample inside every step, so a larger world makes steps shorter
@@ -61,7 +52,6 @@ import datetime
 import json
 import math
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -74,6 +64,8 @@ from elasticrun.batch import load_overrides, plan_batches
 from elasticrun.checkpoint import CheckpointManager
 from elasticrun.sampler import ElasticSampler
 
+from bench_events import EventLog
+
 
 def synthetic_data(n: int, features: int, seed: int):
     """The same regression problem on every rank: y = X w + noise."""
@@ -82,41 +74,6 @@ def synthetic_data(n: int, features: int, seed: int):
     w = torch.randn(features, 1, generator=g)
     y = x @ w + 0.1 * torch.randn(n, 1, generator=g)
     return x, y
-
-
-class EventLog:
-    """Timing records for bench/churn/ (--events); a no-op without it."""
-
-    def __init__(self, directory: Path | None):
-        self.file = None
-        if directory is not None:
-            directory.mkdir(parents=True, exist_ok=True)
-            self.file = open(directory / f"events.{os.getpid()}.jsonl", "a", buffering=1)
-        self.fields: dict = {"pid": os.getpid()}
-        self.usr1: list[float] = []
-
-    def __call__(self, ev: str, **fields) -> None:
-        if self.file is not None:
-            # The signal handler only notes the time: writing from it could
-            # re-enter a write in progress.
-            while self.usr1:
-                self.file.write(json.dumps({"ev": "usr1", **self.fields, "t": self.usr1.pop(0)}) + "\n")
-            self.file.write(json.dumps({"ev": ev, **self.fields, **fields}) + "\n")
-
-    def on_usr1(self) -> None:
-        """Notes SIGUSR1 through a handler installed before elasticrun.attach(),
-        which chains to it; the SDK's handling is unchanged."""
-        if self.file is not None:
-            signal.signal(signal.SIGUSR1, lambda *_: self.usr1.append(time.time()))
-
-    def attempt(self, rank: int) -> float:
-        """Rank 0's start time, the same on every rank of this set of workers
-        (one collective, only when logging)."""
-        if self.file is None:
-            return 0.0
-        t = torch.tensor([T_START if rank == 0 else 0.0], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return t.item()
 
 
 def main() -> int:
@@ -198,10 +155,8 @@ def train(args, events: EventLog) -> int:
     if use_cuda:
         torch.cuda.set_device(device)  # for the collectives of the checkpoints
     generation = int(os.environ.get("ELASTICRUN_GENERATION", "0"))
-    t_pg = time.time()
-    events.fields.update(rank=rank, world=world, gen=generation, attempt=events.attempt(rank),
-                         restart=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
-    events("start", t0=T_START, t_pg=t_pg)
+    events.begin(rank, world, generation, int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+                 t0=T_START, t_pg=time.time())
 
     torch.manual_seed(args.seed)
     x, y = synthetic_data(args.dataset, 16, args.seed)

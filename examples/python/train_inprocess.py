@@ -25,9 +25,20 @@ the generation, the world size, the sample indices, the loss, the learning
 rate, the micro-batch), the time (`t`, time.time()), the process id (`pid`), so a test can tell a
 process that went on from one that started again, and a hash of the
 parameters the step started from (`params`).
+
+With --events DIR each process appends bench/churn/'s timing records
+(bench_events.py beside this file): a "start" and an "init" per round, so a
+round is one set of workers there whether its processes are new or went on
+from the last round (then "start" is the end of the park, "init" the state
+from a peer), and an "exit" with how="park" where a process waits for the
+next round. --sample-s is train_elastic.py's compute stand-in.
 """
 
 from __future__ import annotations
+
+import time
+
+T_START = time.time()  # before torch is imported: a process's start costs from here
 
 import argparse
 import datetime
@@ -35,7 +46,6 @@ import hashlib
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -46,6 +56,8 @@ import elasticrun
 from elasticrun.batch import plan_batches
 from elasticrun.inprocess import State, World, run
 from elasticrun.sampler import ElasticSampler
+
+from bench_events import EventLog
 
 
 def synthetic_data(n: int, features: int, seed: int):
@@ -82,7 +94,15 @@ def main() -> int:
                    help="directory for per-step JSON lines")
     p.add_argument("--pg-timeout", type=float,
                    help="seconds a collective or the process group's start may wait")
+    p.add_argument("--sync-save", dest="async_save", action="store_false",
+                   help="write periodic checkpoints in the training loop instead of in the "
+                        "background (CheckpointManager.save_async)")
+    p.add_argument("--sample-s", type=float, default=0.0,
+                   help="compute stand-in: pause per local sample inside each step")
+    p.add_argument("--events", type=Path, help="directory for per-process timing records")
     args = p.parse_args()
+    events = EventLog(args.events)
+    events.on_usr1()  # before run() attaches to the agent, which chains to it
 
     use_cuda = torch.cuda.is_available()
     device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if use_cuda else "cpu")
@@ -95,7 +115,7 @@ def main() -> int:
                                 torch.nn.Linear(32, 1)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.steps)
-    state = State(step=0, model=model, optimizer=opt, scheduler=sched,
+    state = State(step=0, loss=float("nan"), model=model, optimizer=opt, scheduler=sched,
                   sampler=ElasticSampler(args.dataset, seed=args.seed))
     micro_sizes = [int(s) for s in args.micro_batches.split(",")]
     ckpt = None
@@ -105,10 +125,18 @@ def main() -> int:
         ckpt = CheckpointManager(args.ckpt, keep=3)
 
     def save(why: str) -> None:
-        ckpt.save(state.step, state.model, state.optimizer, state.scheduler,
-                  extra={"sampler": state.sampler.state_dict()})
+        # Periodic saves go on in the background from a copy; the last is
+        # waited for, with any save in flight.
+        t0 = time.time()
+        background = why == "periodic" and args.async_save
+        (ckpt.save_async if background else ckpt.save)(
+            state.step, state.model, state.optimizer, state.scheduler,
+            extra={"sampler": state.sampler.state_dict()})
+        events("save", step=state.step, why=why, t0=t0, t1=time.time(), background=background)
 
     def train(world: World):
+        events.begin(world.rank, world.size, world.generation, world.restart_count,
+                     t0=T_START if world.rounds == 1 else world.t_round, t_pg=world.t_pg)
         if ckpt is not None and world.rounds == 1 and not world.received:
             # Nobody holds state: the job's (re)start. Every rank loads.
             loaded = ckpt.load(state.model, state.optimizer, state.scheduler)
@@ -119,6 +147,7 @@ def main() -> int:
         sampler = state.sampler
         sampler.set_world(world.rank, world.size, plan)
         ddp = DDP(state.model)  # over this round's process group
+        events("init", t_load=world.t_pg, t1=time.time(), from_step=state.step)
         if world.rank == 0:
             how = "state from a peer" if world.received else f"round {world.rounds} of this process"
             print(f"[train] generation {world.generation}: world size {world.size}, from step "
@@ -128,9 +157,9 @@ def main() -> int:
             args.log.mkdir(parents=True, exist_ok=True)
             log = open(args.log / f"steps.rank{world.rank}.jsonl", "a", buffering=1)
         micro = plan.micro_batch(world.rank)
-        loss_value = float("nan")
         try:
             while state.step < args.steps:
+                t_step = time.time()
                 if sampler.steps_left == 0:
                     sampler.set_epoch(sampler.epoch + 1)
                 indices = sampler.step_indices()
@@ -148,7 +177,7 @@ def main() -> int:
                             loss.backward()
                         continue
                     dist.all_reduce(local_loss)
-                    loss_value = local_loss.item()
+                    loss_value = state.loss = local_loss.item()
                     if log is not None:
                         log.write(json.dumps({"step": state.step + 1, "epoch": sampler.epoch,
                                               "gen": world.generation, "world": world.size,
@@ -157,31 +186,43 @@ def main() -> int:
                                               "pid": os.getpid(), "t": time.time(),
                                               "params": params_digest(state.model)}) + "\n")
                     loss.backward()
+                if args.sample_s:
+                    with elasticrun.compute():  # timed for the straggler monitor
+                        time.sleep(args.sample_s * len(indices))
                 # The state changes only after the step's collectives: a
                 # failure before this line leaves the last whole step.
                 opt.step()
                 sched.step()
                 sampler.advance()
                 state.step += 1
+                events("step", step=state.step, t0=t_step, t1=time.time())
                 elasticrun.step(state.step, loss=loss_value)
                 if elasticrun.elastic_event_detected():
+                    events("exit", t=time.time(), how="park")
                     return None  # resized: run() calls again in the next round
                 if ckpt is not None and state.step % args.save_every == 0:
                     save("periodic")
                 if args.step_s:
                     time.sleep(args.step_s)
+            if ckpt is not None:
+                # In the round: a failure during the last save is a round's
+                # failure like any other, and the next round saves again.
+                save("final")
+        except Exception as e:
+            # run() decides: the round ended (park, go on) or the error is the script's.
+            events("error", t=time.time(), what=f"{type(e).__name__}: {e}"[:300])
+            raise
         finally:
             if log is not None:
                 log.close()
-        return loss_value
+        return state.loss
 
     timeout = datetime.timedelta(seconds=args.pg_timeout) if args.pg_timeout else None
     loss_value = run(train, state, timeout=timeout)
-    if ckpt is not None:
-        save("final")
     if dist.get_rank() == 0:
         print(f"[train] done: {state.step} steps, loss {loss_value:.4f}", flush=True)
     dist.destroy_process_group()
+    events("exit", t=time.time(), how="done")
     return 0
 
 

@@ -40,6 +40,13 @@ POLL_S = 0.05
 
 _ESTABLISHED = "01"
 
+# Set by elasticrun.inprocess while a worker joins a round in process (the
+# process group's start, the state's broadcast): a round that ends then
+# has no rescue to keep the store for, and the wait that must end may be
+# on the store itself (init_process_group waiting for a rank that never
+# comes), so every connection of the process is shut down.
+reforming = threading.Event()
+
 
 def _peer_socket_inodes(store_port: Optional[int]) -> set[int]:
     """Inodes of established TCP sockets in this network namespace whose
@@ -93,6 +100,8 @@ def shutdown_peer_sockets(store_port: Optional[int]) -> int:
 def release_collectives(reason: str) -> Optional[str]:
     """Makes every blocked collective of this process raise; returns what
     was done (for the log line), None when there was no process group."""
+    if reforming.is_set():
+        return f"shut down {shutdown_peer_sockets(None)} connection(s) of the round being joined"
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return None

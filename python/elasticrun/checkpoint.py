@@ -167,6 +167,9 @@ class CheckpointManager:
         self._writer: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._group = None
         self._in_flight: Optional[concurrent.futures.Future] = None
+        from .inprocess import at_round_end
+
+        at_round_end(self._round_ended)
 
     # --- what is on disk
 
@@ -301,6 +304,26 @@ class CheckpointManager:
             if m and int(m.group(1)) < step:
                 shutil.rmtree(stale, ignore_errors=True)
         self._drop_rescues(up_to=step)
+
+    def _round_ended(self, failed: bool) -> None:
+        """elasticrun.inprocess: this process leaves its round, and the
+        round's process groups go. After a resize every rank stops at the
+        same step, so the save in flight finishes over them first; after a
+        failure its collectives may wait on a dead peer: it is given up (its
+        thread finishes or fails on its own; rank 0 publishes only what every
+        rank wrote). The next round makes its own group."""
+        future, self._in_flight = self._in_flight, None
+        if future is not None and not failed:
+            try:
+                future.result()
+            except Exception as e:  # not published: the next save comes in the next round
+                print(f"elasticrun: the checkpoint in flight at the round's end failed: {e}",
+                      file=sys.stderr, flush=True)
+        elif future is not None:
+            self._writer.shutdown(wait=False)
+            self._writer = None
+        self._group = None
+        self._attempt = None
 
     def _async_group(self):
         """The process group of save_async()'s collectives: a gloo group of

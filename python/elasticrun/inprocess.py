@@ -56,9 +56,10 @@ import json
 import os
 import sys
 import time
+import weakref
 from typing import Any, Callable, NamedTuple, Optional
 
-from . import _get, _register_stack_dump, attach, elastic_event_detected
+from . import _get, _register_stack_dump, _release, attach, elastic_event_detected
 from ._control import (
     FLAG_INPROCESS,
     FLAG_PARKED,
@@ -87,6 +88,12 @@ class World(NamedTuple):
     restart_count: int
     rounds: int  # rounds this process has trained in, this one included
     received: bool  # its state came from a peer at this round's start
+    # When this round began for this process (time.time(): run() called, or
+    # its park ended with the next assignment), its process group was up,
+    # and the state was shared: what a benchmark splits a re-formation by.
+    t_round: float = 0.0
+    t_pg: float = 0.0
+    t_state: float = 0.0
 
 
 class State:
@@ -107,6 +114,36 @@ class State:
 
     def names(self) -> list[str]:
         return list(self._names)
+
+
+# Objects that hold something of a round (a process group of their own, a
+# collective in flight) and must let it go before the round's process group
+# is torn down: weak references to bound methods, called with failed=True
+# when the round ended by a failure.
+_round_end: list[weakref.WeakMethod] = []
+
+
+def at_round_end(method: Callable[[bool], None]) -> None:
+    """Registers a bound method that run() calls, with whether the round
+    failed, when this process leaves a round in process (before its process
+    group goes). CheckpointManager registers itself: a save in flight
+    finishes first after a resize, and is given up after a failure. The
+    object is not kept alive by this."""
+    _round_end.append(weakref.WeakMethod(method))
+
+
+def _end_round(dist, failed: bool) -> None:
+    for ref in list(_round_end):
+        method = ref()
+        if method is None:
+            _round_end.remove(ref)
+            continue
+        try:
+            method(failed)
+        except Exception as e:  # one holder's trouble does not keep the round
+            print(f"elasticrun: at the round's end: {type(e).__name__}: {e}", file=sys.stderr,
+                  flush=True)
+    _leave_round(dist)
 
 
 def read_assignment(control_file: str, generation: int, local_rank: int) -> dict[str, str]:
@@ -146,17 +183,40 @@ def run(fn: Callable[[World], Any], state: State, *, backend: Optional[str] = No
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     rounds = 0
     while True:
-        kwargs = {"timeout": timeout} if timeout is not None else {}
-        dist.init_process_group(backend, **kwargs)
-        rounds += 1
-        received = _share_state(state, dist)
-        state.held = True
+        t_round = time.time()
         env = os.environ
+        generation = int(env.get("ELASTICRUN_GENERATION", "0"))
+        kwargs = {"timeout": timeout} if timeout is not None else {}
+        # A round that ends while this process joins it (a peer that never
+        # comes, a failure): the releaser breaks the wait, and the process
+        # waits for the next round as from a failed collective.
+        if reforms:
+            _release.reforming.set()  # _park() sets it too, once it has the assignment
+        error = None
+        try:
+            dist.init_process_group(backend, **kwargs)
+            t_pg = time.time()
+            received = _share_state(state, dist)
+        except Exception as e:
+            error = e
+        finally:
+            _release.reforming.clear()
+        if error is not None:
+            if not reforms or not _round_failed(block, generation, error):
+                raise error
+            print(f"elasticrun: the round ended while this process joined it "
+                  f"({type(error).__name__}: {str(error)[:160]}); waiting for the next one",
+                  file=sys.stderr, flush=True)
+            _end_round(dist, failed=True)
+            _park(block, session, generation)
+            continue
+        rounds += 1
+        state.held = True
         world = World(rank=dist.get_rank(), size=dist.get_world_size(),
-                      local_rank=session.local_rank,
-                      generation=int(env.get("ELASTICRUN_GENERATION", "0")),
+                      local_rank=session.local_rank, generation=generation,
                       restart_count=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
-                      rounds=rounds, received=received)
+                      rounds=rounds, received=received, t_round=t_round, t_pg=t_pg,
+                      t_state=time.time())
         try:
             result = fn(world)
         except Exception as e:
@@ -164,11 +224,11 @@ def run(fn: Callable[[World], Any], state: State, *, backend: Optional[str] = No
                 raise
             print(f"elasticrun: rank {world.rank}: the round ended ({type(e).__name__}: "
                   f"{str(e)[:160]}); waiting for the next one", file=sys.stderr, flush=True)
-            _leave_round(dist)
+            _end_round(dist, failed=True)
             _park(block, session, world.generation)
             continue
         if reforms and elastic_event_detected():
-            _leave_round(dist)
+            _end_round(dist, failed=False)
             _park(block, session, world.generation)
             continue
         return result
@@ -189,6 +249,8 @@ def _share_state(state: State, dist) -> bool:
     _, neg = max(holders)
     source = -neg
     me = dist.get_rank()
+    if me != source:
+        state.held = False  # until the whole of the source's state is here
     # Every rank that holds the source's step already is equal to it (the
     # ranks of one round apply the same updates), but ranks cannot tell
     # equal from merely at the same step without sending: send to all.
@@ -206,7 +268,8 @@ def _share_state(state: State, dist) -> bool:
     if me != source:
         for name, value in box[0].items():
             _load(state, name, value)
-    return me != source and not mine[0]
+    # Received: this rank held nothing, or an older step (a hot spare's).
+    return me != source and (not mine[0] or mine[1] < everyone[source][1])
 
 
 def _save(value: Any) -> Any:
@@ -274,6 +337,9 @@ def _park(block: ControlBlock, session, generation: int) -> None:
                 time.sleep(PARK_POLL_S)  # replaced between our two looks: look again
                 continue
             os.environ.update(env)
+            # From here a round that fails is released by its store too: the
+            # next look of the releaser may come before run() joins it.
+            _release.reforming.set()
             break
         if event.kind == EventKind.SHUTDOWN and event.stop_step < 0 and event.generation >= generation:
             # The node leaves, or the job is over: nothing here is unsaved

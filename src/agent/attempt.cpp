@@ -66,8 +66,8 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     uv_loop_init(&loop_);
     uv_signal_init(&loop_, &sigchld_);
     sigchld_.data = this;
-    for (uv_timer_t* t : {&kill_timer_, &leave_timer_, &refill_timer_, &monitor_timer_,
-                          &park_timer_}) {
+    for (uv_timer_t* t :
+         {&kill_timer_, &leave_timer_, &refill_timer_, &monitor_timer_, &park_timer_}) {
       uv_timer_init(&loop_, t);
       t->data = this;
     }
@@ -400,6 +400,7 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     log_->info("stopping the workers: {}", reason);
     if (delegate_->tell_stop(group_)) {
       stop(0, Outcome::kStopped, config_.graceful_shutdown_timeout);
+      kill_stopped();  // it would reach no agreed step, nor park
     } else {
       stop_after_failure(Outcome::kStopped, config_.graceful_shutdown_timeout);
     }
@@ -510,7 +511,7 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
   uv_timer_t park_timer_{};     // --inprocess-restart: whether the workers parked
   const bool inprocess_;        // --inprocess-restart with a control block
   std::optional<health::Fault> fault_;
-  FaultStacks fault_stacks_;   // the fault's stacks, and the wait for them
+  FaultStacks fault_stacks_;  // the fault's stacks, and the wait for them
   RescueWindow rescue_{&loop_, group_, config_.shutdown_signal};  // after a failure
   std::vector<std::unique_ptr<uv_signal_t>> forwarded_;
   bool stopping_ = false;
@@ -531,7 +532,9 @@ ParkedWorkers::~ParkedWorkers() {
   if (attempt_ && !attempt_->torn_down()) attempt_->dismiss("no round wants this node's workers");
 }
 
-size_t ParkedWorkers::count() const { return attempt_->workers().running(); }
+size_t ParkedWorkers::count() const {
+  return attempt_->workers().running();
+}
 
 namespace {
 
@@ -555,8 +558,8 @@ AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, co
   result.stack_files = plan.stack_files;
   const AttemptPlace place{a.restart_count, a.rank_offset};
   if (parked && node.control) {
-    std::vector<RankEnv> changed;
-    for (const RankEnv& env : plan.env) changed.push_back(changed_from(node.base, env));
+    std::vector<control::RankEnv> changed;
+    for (const auto& env : plan.env) changed.push_back(control::changed_from(node.base, env));
     if (auto st = publish_reform(*node.control, a.generation, a.world_size, changed); !st) {
       log->error("{}: the parked workers are dismissed, and every worker starts afresh",
                  st.message());
@@ -567,8 +570,8 @@ AttemptResult run_attempt(const AgentConfig& config, const NodeContext& node, co
   if (parked && node.control) {
     // No hooks around a resumed attempt: its workers never stopped.
     Attempt& attempt = parked->attempt();
-    result.outcome = attempt.resume(std::move(plan.specs), plan.logs, a, plan.dir,
-                                    plan.stack_files, delegate, inbox);
+    result.outcome = attempt.resume(std::move(plan.specs), plan.logs, a, plan.dir, plan.stack_files,
+                                    delegate, inbox);
     collect(attempt, result);
     if (attempt.parked()) result.parked = std::move(parked);
     record_workers_end(*node.events, place, result);

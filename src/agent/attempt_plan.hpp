@@ -9,16 +9,16 @@
 
 #include "agent/attempt.hpp"
 #include "agent/rank_logs.hpp"
-#include "agent/reform.hpp"
+#include "control/assignment.hpp"
 #include "supervisor/spawn.hpp"
 
 namespace elasticrun::agent {
 
 struct AttemptPlan {
-  std::filesystem::path dir;                  // <run_dir>/attempt_<n>
-  std::vector<supervisor::SpawnSpec> specs;   // local rank i's, without its streams
-  std::vector<RankPlan> logs;                 // local rank i's streams
-  std::vector<RankEnv> env;                   // local rank i's environment
+  std::filesystem::path dir;                 // <run_dir>/attempt_<n>
+  std::vector<supervisor::SpawnSpec> specs;  // local rank i's, without its streams
+  std::vector<RankPlan> logs;                // local rank i's streams
+  std::vector<control::RankEnv> env;         // local rank i's environment
   std::vector<std::string> error_files;      // TORCHELASTIC_ERROR_FILE of each
   std::vector<std::string> stack_files;      // ELASTICRUN_STACK_FILE of each
 };

@@ -138,9 +138,11 @@ class DynamicAgent {
       }
       if (e->kind == EndKind::kDone) return 0;
       if (e->release > 0 && place.group_rank >= place.group_world_size - e->release) {
-        log_->info("this node gives its place back (release); it waits as a spare");
         released = true;
-        parked_.reset();  // a spare runs no workers
+        // --inprocess-restart: a spare keeps its parked workers (a hot
+        // spare), and they re-form at once when the job takes the node back.
+        log_->info("this node gives its place back (release); it waits as a spare{}",
+                   parked_ ? fmt::format(" with {} parked worker(s)", parked_->count()) : "");
       }
       log_->info("round {} over ({}): rejoining", place.round, rendezvous::to_string(e->kind));
     }

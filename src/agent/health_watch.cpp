@@ -1,5 +1,7 @@
 #include "agent/health_watch.hpp"
 
+#include <algorithm>
+
 namespace elasticrun::agent {
 
 bool rules_read_output(const AgentConfig& config, int lr) {
@@ -12,7 +14,13 @@ HealthWatch::HealthWatch(const AgentConfig& config, const control::ControlBlock*
       gpu_(gpu),
       progress_(config.progress, local_ranks, start),
       samples_(static_cast<size_t>(local_ranks)),
-      rules_(static_cast<size_t>(local_ranks)) {
+      rules_(static_cast<size_t>(local_ranks)),
+      carried_(static_cast<size_t>(local_ranks), -1) {
+  if (block_) {
+    for (int lr = 0; lr < std::min(block_->num_slots(), local_ranks); ++lr) {
+      carried_[static_cast<size_t>(lr)] = block_->read_slot(lr).step;
+    }
+  }
   for (int lr = 0; lr < local_ranks; ++lr) {
     const auto& compiled = lr == 0 ? config.rank0_rules : config.every_rank_rules;
     if (compiled) rules_[static_cast<size_t>(lr)].emplace(compiled, start);
@@ -60,7 +68,8 @@ std::optional<health::Fault> HealthWatch::check_workers(health::Clock::time_poin
     health::RankSample& s = samples_[static_cast<size_t>(lr)];
     s.running = static_cast<size_t>(lr) < workers.size() && !workers.exited(lr);
     s.attached = (slot.flags & control::kFlagAttached) != 0;
-    s.step = slot.step;
+    // A step from before this attempt is not progress in it.
+    s.step = slot.step > carried_[static_cast<size_t>(lr)] ? slot.step : -1;
     s.loss_non_finite = (slot.flags & control::kFlagLossNonFinite) != 0;
     s.loss = slot.loss;
     s.in_section = (slot.flags & control::kFlagInSection) != 0;

@@ -5,6 +5,7 @@
 // node's GpuWatch, which outlives attempts) is judged on the same tick.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -47,6 +48,11 @@ class HealthWatch {
   health::ProgressMonitor progress_;
   std::vector<health::RankSample> samples_;             // reused: one look per tick
   std::vector<std::optional<health::LogRules>> rules_;  // per local rank
+  // The step each slot held when the attempt started (-1: none). A worker
+  // that goes on from the last round (--inprocess-restart) re-forms its
+  // process group and waits for the round's new workers before it steps
+  // again: until then it is starting (the start-up limit), not hung.
+  std::vector<int64_t> carried_;
 };
 
 // Whether a log rule of `config` reads local rank `lr`'s output.

@@ -20,9 +20,12 @@ bool parked(const control::ControlBlock& block, int local_rank, pid_t pid) {
 }
 
 util::Status publish_reform(control::ControlBlock& block, uint64_t generation, int world_size,
-                            const std::vector<RankEnv>& ranks) {
+                            const std::vector<control::RankEnv>& ranks) {
   // The file first: a worker that sees the event reads a file that is there.
-  if (auto st = write_assignment(assignment_path(block.path()), generation, ranks); !st) return st;
+  if (auto st =
+          control::write_assignment(control::assignment_path(block.path()), generation, ranks);
+      !st)
+    return st;
   control::ControlBlock::Event ev;
   ev.generation = generation;
   ev.kind = control::EventKind::reform;

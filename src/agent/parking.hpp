@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/reform.hpp"
+#include "control/assignment.hpp"
 #include "control/control_block.hpp"
 #include "util/result.hpp"
 
@@ -25,11 +25,11 @@ bool reforms(const control::ControlBlock& block, int local_rank, pid_t pid);
 bool parked(const control::ControlBlock& block, int local_rank, pid_t pid);
 
 // The next round's place for parked workers: each local rank's environment
-// into the assignment file (reform.hpp), then EventKind::reform with the
+// into the assignment file (control/assignment.hpp), then EventKind::reform with the
 // round and its world size. The error, from the file, names it; the event
 // is not published then.
 util::Status publish_reform(control::ControlBlock& block, uint64_t generation, int world_size,
-                            const std::vector<RankEnv>& ranks);
+                            const std::vector<control::RankEnv>& ranks);
 
 // Parked workers exit (EventKind::shutdown, the generation kept).
 void dismiss_parked(control::ControlBlock& block, const std::string& reason);

@@ -68,7 +68,7 @@ enum class EventKind : uint32_t {
   restart = 5,
   // The next round's assignment is ready for parked workers: generation is
   // the new round, next_world_size its world size; the environment of each
-  // local rank is in the assignment file (agent/reform.hpp).
+  // local rank is in the assignment file (control/assignment.hpp).
   reform = 6,
 };
 

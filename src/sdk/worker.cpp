@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "control/control_block.hpp"
+#include "sdk/session.hpp"
 #include "sdk/testing.hpp"
 
 namespace elasticrun::sdk {
@@ -173,9 +174,11 @@ class Session {
   // A fixed job's block (static, standalone) carries no scale events.
   bool fixed() { return (block_->agent_flags() & control::kAgentFixed) != 0; }
 
-  void set_flag(uint32_t flag) {
+  void set_flag(uint32_t flag) { change_flags(flag, 0); }
+
+  void change_flags(uint32_t set, uint32_t clear) {
     ControlBlock::SlotView view = block_->read_slot(local_rank_);
-    view.flags |= flag;
+    view.flags = (view.flags | set) & ~clear;
     view.pid = pid_;
     block_->write_slot(local_rank_, view);
   }
@@ -341,6 +344,19 @@ void set_signal_coordinator(std::function<bool(bool)> coordinator) {
 }
 
 namespace detail {
+
+control::ControlBlock* session_block() {
+  return session().block();
+}
+
+int session_local_rank() {
+  return session().local_rank();
+}
+
+void change_slot_flags(uint32_t set, uint32_t clear) {
+  Session& s = session();
+  if (s.block() != nullptr) s.change_flags(set, clear);
+}
 
 void reset_session_for_testing() {
   std::lock_guard lock(g_session_mu);

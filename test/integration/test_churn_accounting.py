@@ -281,6 +281,46 @@ def test_a_worker_seen_alive_after_its_last_record_is_still_stopping():
     assert res["recoveries"][0]["total"] == pytest.approx(6.2)
 
 
+@pytest.mark.parametrize("last", ["park", "error"])
+def test_a_round_re_formed_in_process_is_a_new_set_whose_survivors_stop_when_they_park(last):
+    """train_inprocess.py's records: round A (pids 1, 2) parks after step 3
+    for a join at 104.0 (or its collectives fail: the script records the
+    error, the SDK parks); round B keeps pids 1 and 2 (their start is the
+    end of the park, 104.6) and adds pid 3, a new process started at 104.2;
+    the state goes out from 105.0 to 105.3. The harness saw pids 1 and 2
+    alive to the end: they were never gone."""
+    B2 = 104.2  # rank 0 of round B is the new process
+    out = []
+    for pid, rank in ((1, 0), (2, 1)):
+        out += [rec("start", pid, rank, A, t0=100.0, t_pg=101.0),
+                rec("init", pid, rank, A, t_load=101.0, t1=101.5, from_step=0)]
+        out += [rec("step", pid, rank, A, step=s, t0=t0, t1=t1)
+                for s, t0, t1 in [(1, 101.5, 102.5), (2, 102.5, 103.5), (3, 103.5, 104.3)]]
+        out += [rec("usr1", pid, rank, A, t=104.05),
+                rec("exit", pid, rank, A, t=104.4, how="park") if last == "park"
+                else rec("error", pid, rank, A, t=104.4, what="RuntimeError: Connection closed")]
+    for pid, rank, t0 in ((3, 0, 104.2), (1, 1, 104.6), (2, 2, 104.6)):
+        out += [rec("start", pid, rank, B2, world=3, t0=t0, t_pg=105.0),
+                rec("init", pid, rank, B2, world=3, t_load=105.0, t1=105.3, from_step=3),
+                rec("step", pid, rank, B2, world=3, step=4, t0=105.3, t1=106.0),
+                rec("exit", pid, rank, B2, world=3, t=106.1, how="done")]
+    played = [{"t": 104.0, "action": "join", "what": "node 3 joins"}]
+    res = acc.account(out, played, t_launch=100.0, t_end=106.2, samples=192,
+                      alive={1: 106.2, 2: 106.2, 3: 106.2})
+    assert res["steps"] == 4 and res["steps_lost"] == 0
+    assert [(a["world"], a["from_step"]) for a in res["attempts"]] == [(2, 0), (3, 3)]
+    r = res["recoveries"][0]
+    # Detected at the signal (104.05), parked at 104.4; the new set began
+    # at 104.2 (the joiner): no rendezvous left; the process group until
+    # 105.0, the state until 105.3, the first step until 106.0.
+    assert r["phases"] == pytest.approx({"detection": 0.05, "stop": 0.35, "checkpoint save": 0.0,
+                                         "rendezvous": 0.0, "restart": 0.6,
+                                         "checkpoint load": 0.3, "first step": 0.7})
+    assert r["total"] == pytest.approx(2.0)
+    # No step from the old set's last (104.3) to the new set's first (105.3).
+    assert r["pause"] == pytest.approx(1.0) and r["lost_s"] == 0.0
+
+
 def test_several_runs_report_median_goodput_and_the_tables_of_each_launcher_s_median_run():
     sys.path.insert(0, str(REPO / "bench"))
     import churn_bench

@@ -197,3 +197,146 @@ def test_a_killed_worker_starts_again_and_takes_the_state_from_the_survivor_whic
     later = [e for ranks in logged.values() for e in ranks if e["gen"] > g2]
     assert min(e["step"] for e in later) > 10, later[:2]
     check_as_fixed_run(got, want)
+
+
+def scale(procs, elasticctl, nodes: int, store: int) -> None:  # noqa: F811
+    ctl = procs.run([elasticctl, "scale", "--nodes", str(nodes), "--rdzv-endpoint",
+                     f"127.0.0.1:{store}", "--rdzv-id", RUN_ID], "elasticctl-scale",
+                    timeout=GEN_TIMEOUT_S)
+    assert ctl.popen.returncode == 0, ctl.describe()
+
+
+def test_a_node_scaled_away_keeps_its_parked_worker_which_re_forms_when_scaled_back_and_a_killed_one_starts_warm(  # noqa: E501
+        procs, marker, elasticrun, elasticctl, torchrun, tmp_path, store, shared_runs):  # noqa: F811
+    """elasticctl scale 3 -> 2 -> 3 with --warm-start, and periodic
+    checkpoints written in the background across the rounds: the released
+    node waits as a hot spare with its worker parked, and the same process
+    comes back at the scale-up (no process starts). Then a worker is
+    killed: its replacement starts in a warm interpreter and takes the
+    survivors' state."""
+    want = fixed_run(shared_runs, torchrun)
+    log = tmp_path / "log"
+    job = Job(procs, marker, elasticrun, tmp_path, "2:4", f"127.0.0.1:{store}", run_id=RUN_ID,
+              worker=TRAIN, extra=["--inprocess-restart", "--warm-start", "--max-restarts", "1"],
+              worker_args=train_args(log, "--step-s", STEP_S, "--ckpt", tmp_path / "ckpt",
+                                     "--save-every", "10"))
+    for n in (1, 2, 3):
+        job.start_agent(n)
+    g3 = wait_world(job, log, 3)
+    scale(procs, elasticctl, 2, store)
+    g2 = wait_world(job, log, 2, after_gen=g3)
+    scale(procs, elasticctl, 3, store)
+    g3b = wait_world(job, log, 3, after_gen=g2)
+    before = {e["pid"] for ranks in steps_logged(log).values() for e in ranks}
+    [victim] = {e["pid"] for ranks in steps_logged(log).values() for e in ranks
+                if e["gen"] == g3b and e["rank"] == 1}
+    os.kill(victim, signal.SIGKILL)
+    wait_world(job, log, 3, after_gen=g3b)
+    finish(job, marker, {1: 0, 2: 0, 3: 0})
+
+    logged = steps_logged(log)
+    got = last_generation_of_each_step(logged)
+    check_run(got)
+    check_same_params(got)
+    assert [world for _, world, _ in generations(got)][-4:] == [3, 2, 3, 3], generations(got)
+    # Three processes until the kill (the spare's came back), one more after.
+    assert len(before) == 3, before
+    assert len({e["pid"] for ranks in logged.values() for e in ranks}) == 4
+    said = {n: a.stdout() + a.stderr() for n, a in job.agents.items()}
+    assert any("waits as a spare with 1 parked worker(s)" in s for s in said.values()), said
+    # The first start and the replacement: every worker began in a warm interpreter.
+    warm = [s.count("1 in warm interpreters") for s in said.values()]
+    assert sum(warm) == 4, said
+    # The background saves crossed the rounds: the last periodic one is in place.
+    assert (tmp_path / "ckpt" / "latest").read_text().strip() == f"step_{STEPS:09d}"
+    check_as_fixed_run(got, want)
+
+
+def test_a_stopped_peer_is_killed_and_the_others_re_form_in_process_with_its_replacement(
+        procs, marker, elasticrun, torchrun, tmp_path, store, shared_runs):  # noqa: F811
+    """A worker SIGSTOPped mid-run (alive, holding its sockets, answering
+    nothing): the hang monitor ends the round, the stopped process is
+    killed at once (it could neither park nor exit), and the survivors go
+    on in their processes with its replacement, which takes their state."""
+    want = fixed_run(shared_runs, torchrun)
+    log = tmp_path / "log"
+    job = inprocess_job(procs, marker, elasticrun, tmp_path, store, "--hang-timeout", "2",
+                        "--max-restarts", "1")
+    for n in (1, 2, 3):
+        job.start_agent(n)
+    g3 = wait_world(job, log, 3)
+    first = min(s for s, ranks in steps_logged(log).items() if ranks[0]["gen"] == g3)
+    wait_for(lambda: max(steps_logged(log)) >= first + 5, "steps at world size 3",
+             timeout=GEN_TIMEOUT_S, proc=job.agents[1])
+    [victim] = {e["pid"] for ranks in steps_logged(log).values() for e in ranks
+                if e["gen"] == g3 and e["rank"] == 2}
+    os.kill(victim, signal.SIGSTOP)
+    wait_for(lambda: any(e["gen"] > g3 for ranks in steps_logged(log).values() for e in ranks),
+             "a step after the stopped worker's round", timeout=GEN_TIMEOUT_S, proc=job.agents[1])
+    finish(job, marker, {1: 0, 2: 0, 3: 0})
+
+    logged = steps_logged(log)
+    got = last_generation_of_each_step(logged)
+    check_run(got)
+    check_same_params(got)
+    pids = pids_by_rank_and_gen(logged)
+    for rank in (0, 1):
+        assert len({pid for (gen, r), ps in pids.items() if r == rank for pid in ps}) == 1, pids
+    assert not [ps for (gen, r), ps in pids.items() if gen > g3 and victim in ps], pids
+    said = "\n".join(a.stderr() for a in job.agents.values())
+    assert f"(pid {victim}) is stopped: killing it" in said, said[-4000:]
+    check_as_fixed_run(got, want)
+
+
+def usage(pid: int) -> tuple[int, int, int]:
+    """(open file descriptors, threads, resident kB) of a process."""
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status").read().splitlines()
+                  if ":" in line)
+    return fds, int(status["Threads"]), int(status["VmRSS"].split()[0])
+
+
+REFORM_CYCLES = 25  # a scale-down and a scale-up each: 50 re-formations
+WARMUP_CYCLES = 5
+
+
+def test_fifty_re_formations_in_a_row_leak_nothing_in_a_surviving_worker_or_its_agent(
+        procs, marker, elasticrun, elasticctl, tmp_path, store):  # noqa: F811
+    """elasticctl scale 3 -> 2 -> 3, 25 times, on hot spares: no process
+    starts, node 1's worker re-forms 50 times. Its file descriptors and
+    threads, and its agent's, are where they were after the first few
+    cycles (PyTorch's and gloo's one-time allocations are done by then);
+    its resident memory grows by no more than a few MB."""
+    log = tmp_path / "log"
+    job = Job(procs, marker, elasticrun, tmp_path, "2:4", f"127.0.0.1:{store}", run_id=RUN_ID,
+              worker=TRAIN, extra=["--inprocess-restart"],
+              worker_args=["--steps", "1000000", "--step-s", "0.02", "--dataset", str(DATASET),
+                           "--global-batch", str(GLOBAL_BATCH), "--step-log", log])
+    for n in (1, 2, 3):
+        job.start_agent(n)
+    gen = wait_world(job, log, 3)
+    [worker] = {e["pid"] for ranks in steps_logged(log).values() for e in ranks
+                if e["gen"] == gen and e["rank"] == 0}
+    agent = job.agents[1].popen.pid
+    seen = {}
+    for cycle in range(1, REFORM_CYCLES + 1):
+        scale(procs, elasticctl, 2, store)
+        gen = wait_world(job, log, 2, after_gen=gen)
+        scale(procs, elasticctl, 3, store)
+        gen = wait_world(job, log, 3, after_gen=gen)
+        if cycle in (WARMUP_CYCLES, REFORM_CYCLES):
+            seen[cycle] = (usage(worker), usage(agent))
+    for n in (1, 2, 3):
+        job.agents[n].popen.send_signal(signal.SIGTERM)
+    finish(job, marker, {1: 128 + signal.SIGTERM, 2: 128 + signal.SIGTERM,
+                         3: 128 + signal.SIGTERM})
+
+    logged = steps_logged(log)
+    check_same_params(logged)
+    # Every re-formation took place in process: three workers in all.
+    assert len({e["pid"] for ranks in logged.values() for e in ranks}) == 3
+    (w0, a0), (w1, a1) = seen[WARMUP_CYCLES], seen[REFORM_CYCLES]
+    assert w1[:2] == w0[:2], f"worker (fds, threads): {w0[:2]} after {WARMUP_CYCLES} cycles, " \
+                             f"{w1[:2]} after {REFORM_CYCLES}"
+    assert a1[:2] == a0[:2], f"agent (fds, threads): {a0[:2]}, then {a1[:2]}"
+    assert w1[2] - w0[2] < 8 * 1024, f"worker resident kB: {w0[2]}, then {w1[2]}"

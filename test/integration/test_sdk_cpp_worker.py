@@ -10,12 +10,13 @@ Timeouts only bound hangs.
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
 
 from conftest import _binary, elasticctl  # noqa: F401 (fixture)
-from elastic_job import Job, store  # noqa: F401 (fixture)
+from elastic_job import GEN_TIMEOUT_S, Job, store  # noqa: F401 (fixture)
 from launcher_fixtures import elasticrun, marker  # noqa: F401 (fixture)
 
 
@@ -48,3 +49,35 @@ def test_cpp_workers_stop_at_one_agreed_step_when_a_node_joins_and_resume_from_i
     finishes = job.by_gen("finish")[g3]
     assert len(finishes) == 3 and len({e["step"] for e in finishes}) == 1, finishes
     assert finishes[0]["step"] > stop_step
+
+
+def test_cpp_workers_under_inprocess_restart_park_and_go_on_in_their_processes_through_a_join_and_a_leave(  # noqa: E501
+        procs, marker, elasticrun, tmp_path, store, cpp_worker):  # noqa: F811
+    """elasticrun::sdk::inprocess: at each resize the ranks park instead of
+    exiting, and the next round's environment reaches them in process; the
+    joiner takes the highest step of the round's ranks from them."""
+    job = Job(procs, marker, elasticrun, tmp_path, "2:3", f"127.0.0.1:{store}",
+              worker=cpp_worker, extra=["--no-python", "--inprocess-restart"])
+    job.start_agent(1)
+    job.start_agent(2)
+    g2 = job.wait_steady(2)
+    job.start_agent(3)
+    g3 = job.wait_steady(3, after_gen=g2)
+    job.agents[3].popen.send_signal(signal.SIGTERM)
+    assert job.agents[3].wait(GEN_TIMEOUT_S) == 128 + signal.SIGTERM, job.agents[3].describe()
+    g2b = job.wait_steady(2, after_gen=g3)
+    job.finish({1: 0, 2: 0})
+    job.check_generations()
+
+    # Nodes 1 and 2 ran one process each from start to end.
+    pids = {n: {e["pid"] for e in job.events() if e["agent"] == job.agents[n].pid} for n in (1, 2)}
+    assert all(len(p) == 1 for p in pids.values()), pids
+    # Every resize parked every rank at one step (no checkpoint file), and
+    # every rank of the next round, the joiner too, started from it.
+    for old, new in ((g2, g3), (g3, g2b)):
+        parks = job.by_gen("park")[old]
+        assert len(parks) == parks[0]["world"] and len({e["step"] for e in parks}) == 1, parks
+        assert {e["step"] for e in job.by_gen("start")[new]} == {parks[0]["step"]}
+    assert not list(job.dir.glob("ckpt.*")) and not job.by_gen("stop")
+    said = job.agents[1].stderr()
+    assert "parked worker(s) go on in the new round" in said, said[-3000:]

@@ -9,6 +9,11 @@
 // (writes its step), records the stop and exits 0. It stops for good when
 // DIR/finish exists on any rank (agreed through the store). Events go to
 // DIR/events.jsonl in the Python worker's format (elastic_job.py reads it).
+//
+// Under elasticrun --inprocess-restart (elasticrun::sdk::inprocess) it does
+// not exit at a resize or a failed round: it records "park", parks, and
+// goes on in the next round from the step it holds; a joining rank takes
+// the highest step of the round's ranks.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -24,6 +29,7 @@
 #include <string>
 #include <thread>
 
+#include "elasticrun/inprocess.hpp"
 #include "elasticrun/store_client.hpp"
 #include "elasticrun/worker.hpp"
 
@@ -65,26 +71,22 @@ int64_t resume_step(const fs::path& dir) {
   return best;
 }
 
-int run(const fs::path& dir, int step_ms) {
-  sdk::attach();
-  const int rank = std::stoi(env("RANK"));
-  const int world = std::stoi(env("WORLD_SIZE"));
-  auto store = elasticrun::StoreClient::connect(
-      env("MASTER_ADDR"), static_cast<uint16_t>(std::stoi(env("MASTER_PORT"))));
-  const int64_t start = resume_step(dir);
-  const json who = {{"rank", rank},
-                    {"world", world},
-                    {"gen", std::stoll(env("ELASTICRUN_GENERATION"))},
-                    {"agent", static_cast<int64_t>(::getppid())},
-                    {"pid", static_cast<int64_t>(::getpid())},
-                    {"lang", "c++"}};
+// One round's worth of the job from `start`: returns the step it stopped at,
+// and whether the job is finished.
+struct RoundEnd {
+  int64_t step;
+  bool finished;
+};
+
+RoundEnd train_round(const fs::path& dir, int step_ms, const json& who, int64_t start,
+                     elasticrun::StoreClient& store, bool reforms) {
+  const int world = who["world"].get<int>();
   auto event = [&](const char* name, int64_t step) {
     json j = who;
     j["event"] = name;
     j["step"] = step;
     return j;
   };
-  record(dir, event("start", start));
   int64_t step = start;
   while (true) {
     const bool finish = fs::exists(dir / "finish");
@@ -99,22 +101,72 @@ int run(const fs::path& dir, int step_ms) {
     if (step == start + 5) record(dir, event("steady", step));
     if (any_finish) {
       record(dir, event("finish", step));
-      return 0;
+      return {step, true};
     }
     if (sdk::elastic_event_detected()) {
-      sdk::stopped();
-      std::ofstream(dir / ("ckpt.rank" + std::to_string(rank) + ".gen" + who["gen"].dump()))
-          << step;
-      sdk::saved();
-      json j = event("stop", step);
+      json j = event(reforms ? "park" : "stop", step);
       j["signal"] = sdk::signal_received();
       const sdk::Info i = sdk::info();
       j["reason"] = i.reason.value_or("");
       j["event_kind"] = i.event_kind.value_or("");
+      if (!reforms) {
+        sdk::stopped();
+        std::ofstream(dir / ("ckpt.rank" + who["rank"].dump() + ".gen" + who["gen"].dump()))
+            << step;
+        sdk::saved();
+      }
       record(dir, j);
-      return 0;
+      return {step, false};
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
+  }
+}
+
+// --inprocess: the highest step any rank of the round holds (a joiner holds
+// what its directory has), through the round's store.
+int64_t share_step(elasticrun::StoreClient& store, int rank, int world, int64_t mine) {
+  store.set("sdk_worker/state/" + std::to_string(rank), std::to_string(mine));
+  int64_t best = mine;
+  for (int r = 0; r < world; ++r) {
+    const std::string key = "sdk_worker/state/" + std::to_string(r);
+    store.wait({key});
+    best = std::max<int64_t>(best, std::stoll(store.get(key)));
+  }
+  return best;
+}
+
+int run(const fs::path& dir, int step_ms) {
+  sdk::attach();
+  // Under --inprocess-restart the process goes on across rounds: the
+  // round's store connection is its process group, the step its state.
+  const bool reforms = sdk::inprocess::enable();
+  int64_t step = resume_step(dir);
+  while (true) {
+    const int rank = std::stoi(env("RANK"));
+    const int world = std::stoi(env("WORLD_SIZE"));
+    const json who = {{"rank", rank},
+                      {"world", world},
+                      {"gen", std::stoll(env("ELASTICRUN_GENERATION"))},
+                      {"agent", static_cast<int64_t>(::getppid())},
+                      {"pid", static_cast<int64_t>(::getpid())},
+                      {"lang", "c++"}};
+    RoundEnd end{step, false};
+    try {
+      auto store = elasticrun::StoreClient::connect(
+          env("MASTER_ADDR"), static_cast<uint16_t>(std::stoi(env("MASTER_PORT"))));
+      if (reforms) step = share_step(store, rank, world, step);
+      json start = who;
+      start["event"] = "start";
+      start["step"] = step;
+      record(dir, start);
+      end = train_round(dir, step_ms, who, step, store, reforms);
+    } catch (const std::exception&) {
+      // A peer gone: the round's store goes with the round.
+      if (!reforms || !sdk::inprocess::round_failed()) throw;
+    }
+    if (!reforms || end.finished) return 0;
+    step = end.step;
+    if (sdk::inprocess::park() == sdk::inprocess::Next::kExit) return 0;
   }
 }
 

@@ -10,7 +10,9 @@
 #include <optional>
 #include <string>
 
+#include "control/assignment.hpp"
 #include "control/control_block.hpp"
+#include "elasticrun/inprocess.hpp"
 #include "elasticrun/worker.hpp"
 #include "sdk/testing.hpp"
 #include "temp_dir.hpp"
@@ -29,8 +31,9 @@ using Vars = std::map<std::string, std::string>;
 class WorkerEnv {
  public:
   explicit WorkerEnv(const Vars& vars) {
-    for (const char* name : {"ELASTICRUN_CONTROL_FILE", "LOCAL_RANK", "RANK", "WORLD_SIZE",
-                             "TORCHELASTIC_RESTART_COUNT", "HYPERPOD_SIGNAL_COORDINATION"}) {
+    for (const char* name :
+         {"ELASTICRUN_CONTROL_FILE", "LOCAL_RANK", "RANK", "WORLD_SIZE",
+          "TORCHELASTIC_RESTART_COUNT", "HYPERPOD_SIGNAL_COORDINATION", "ELASTICRUN_GENERATION"}) {
       if (const char* old = ::getenv(name))
         saved_[name] = old;
       else
@@ -130,9 +133,7 @@ TEST_CASE("the health monitors' inputs: a sticky non-finite loss, compute times,
   sdk::step(1, std::nan(""));
   sdk::step(2, 0.5);  // a finite loss does not hide the NaN before it
   CHECK((agent.read_slot(0).flags & control::kFlagLossNonFinite) != 0);
-  {
-    sdk::Compute c;
-  }
+  { sdk::Compute c; }
   sdk::step(3);
   CHECK(agent.read_slot(0).compute_us >= 1);
   {
@@ -301,4 +302,63 @@ TEST_CASE("a LOCAL_RANK outside the block and a file that is no block are refuse
     WorkerEnv env(Vars{{"LOCAL_RANK", "one"}});
     CHECK_THROWS_WITH(sdk::attach(), "LOCAL_RANK=one is not an integer");
   }
+}
+
+TEST_CASE("in-process re-formation is on only for an elastic job under --inprocess-restart",
+          "[sdk][inprocess]") {
+  TempDir dir("sdk-worker");
+  ControlBlock agent = create_block(dir / "control", 1);
+  WorkerEnv env(Vars{{"ELASTICRUN_CONTROL_FILE", dir / "control"}, {"LOCAL_RANK", "0"}});
+  REQUIRE(sdk::attach());
+  CHECK_FALSE(sdk::inprocess::enable());  // no flag
+  CHECK_THROWS_AS(sdk::inprocess::park(), elasticrun::Error);
+  agent.set_agent_flags(elasticrun::control::kAgentInprocess | elasticrun::control::kAgentFixed);
+  CHECK_FALSE(sdk::inprocess::enable());  // a fixed job
+  agent.set_agent_flags(elasticrun::control::kAgentInprocess);
+  CHECK(sdk::inprocess::enable());
+  CHECK((agent.read_slot(0).flags & elasticrun::control::kFlagInprocess) != 0);
+}
+
+TEST_CASE("a parked worker takes the next round's variables, or exits when dismissed",
+          "[sdk][inprocess]") {
+  TempDir dir("sdk-worker");
+  ControlBlock agent = create_block(dir / "control", 2);
+  agent.set_agent_flags(elasticrun::control::kAgentInprocess);
+  WorkerEnv env(Vars{{"ELASTICRUN_CONTROL_FILE", dir / "control"},
+                     {"LOCAL_RANK", "1"},
+                     {"RANK", "1"},
+                     {"ELASTICRUN_GENERATION", "3"}});
+  REQUIRE(sdk::attach());
+  REQUIRE(sdk::inprocess::enable());
+
+  // A failure of this round is the agent's word; an event of another round is not.
+  CHECK_FALSE(sdk::inprocess::round_failed(std::chrono::milliseconds(0)));
+  ControlBlock::Event failed;
+  failed.generation = 2;
+  failed.kind = EventKind::restart;
+  agent.publish_event(failed);
+  CHECK_FALSE(sdk::inprocess::round_failed(std::chrono::milliseconds(0)));
+  failed.generation = 3;
+  agent.publish_event(failed);
+  CHECK(sdk::inprocess::round_failed(std::chrono::milliseconds(0)));
+
+  // The agent writes the file, then the event (agent/parking.cpp does both).
+  REQUIRE(elasticrun::control::write_assignment(
+      elasticrun::control::assignment_path(dir / "control"), 4,
+      {{{"RANK", "0"}}, {{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"ELASTICRUN_GENERATION", "4"}}}));
+  ControlBlock::Event reform;
+  reform.generation = 4;
+  reform.kind = EventKind::reform;
+  agent.publish_event(reform);
+  CHECK(sdk::inprocess::park() == sdk::inprocess::Next::kRound);
+  CHECK(std::string(::getenv("RANK")) == "3");
+  CHECK(std::string(::getenv("WORLD_SIZE")) == "4");
+  CHECK((agent.read_slot(1).flags & elasticrun::control::kFlagParked) == 0);
+
+  ControlBlock::Event shutdown;
+  shutdown.generation = 4;
+  shutdown.kind = EventKind::shutdown;
+  agent.publish_event(shutdown);
+  CHECK(sdk::inprocess::park() == sdk::inprocess::Next::kExit);
+  CHECK((agent.read_slot(1).flags & elasticrun::control::kFlagParked) != 0);
 }

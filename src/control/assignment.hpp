@@ -15,7 +15,8 @@
 // elasticrun's (ELASTICRUN_GENERATION, the error and stack files of the new
 // attempt). The worker sets them in its environment and joins the round's
 // process group as a new process would. Readers ignore fields they do not
-// know. Made here only; read by python/elasticrun/inprocess.py.
+// know. Made and read (by the C++ SDK) here only; read in Python by
+// python/elasticrun/inprocess.py.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +26,7 @@
 
 #include "util/result.hpp"
 
-namespace elasticrun::agent {
+namespace elasticrun::control {
 
 using RankEnv = std::map<std::string, std::string>;
 
@@ -45,4 +46,13 @@ std::string format_assignment(uint64_t generation, const std::vector<RankEnv>& r
 util::Status write_assignment(const std::string& path, uint64_t generation,
                               const std::vector<RankEnv>& ranks);
 
-}  // namespace elasticrun::agent
+// Local rank `local_rank`'s variables for round `generation` from a file's
+// text; an error says why not (not JSON, another version, another round,
+// no such rank, a value that is not a string). Unknown fields are ignored.
+util::Result<RankEnv> parse_assignment(const std::string& text, uint64_t generation,
+                                       int local_rank);
+
+// parse_assignment() of the file at path; the error names the path.
+util::Result<RankEnv> read_assignment(const std::string& path, uint64_t generation, int local_rank);
+
+}  // namespace elasticrun::control
