@@ -5,19 +5,21 @@
 // own state and makes its own process groups, and these calls are the
 // contract with the agent:
 //
-//   elasticrun::sdk::attach();
-//   const bool reforms = elasticrun::sdk::inprocess::enable();
+//   namespace er = elasticrun::sdk;
+//   er::attach();
+//   const bool reforms = er::inprocess::enable();
 //   for (;;) {
 //     auto group = make_group_from_environment();  // RANK, WORLD_SIZE, MASTER_ADDR/PORT
-//     share_state(group);       // a joiner or a restarted rank takes a survivor's
+//     share_state(*group);      // a joiner or a restarted rank takes a survivor's
+//     bool done = false;
 //     try {
-//       train(group);           // returns at the end, or at elastic_event_detected()
+//       done = train(*group);   // false when elastic_event_detected() stopped it
 //     } catch (const std::exception&) {
-//       if (!reforms || !elasticrun::sdk::inprocess::round_failed()) throw;
+//       if (!reforms || !er::inprocess::round_failed()) throw;
 //     }
-//     if (!reforms || (done && !elasticrun::sdk::elastic_event_detected())) break;
+//     if (!reforms || done) return 0;
 //     group.reset();            // the round's process groups go first
-//     if (elasticrun::sdk::inprocess::park() == elasticrun::sdk::inprocess::Next::kExit) return 0;
+//     if (er::inprocess::park() == er::inprocess::Next::kExit) return 0;
 //   }
 //
 // Under torchrun, in a fixed job, or without the flag, enable() is false and
@@ -38,10 +40,10 @@ namespace elasticrun::sdk::inprocess {
 bool enable();
 
 // Whether the current round ended by a failure, on this node or another:
-// the agent published it. For an error out of a collective: a broken round
-// ends it, an error of the program's own does not. Waits up to `wait` for
-// the agent's word (a lost peer on another node takes its heartbeat timeout
-// to be noticed).
+// the agent published it (a restart, a lost member, the job's end; not a
+// resize, whose ranks stop at the agreed step). For an error out of a
+// collective: a broken round ends it, an error of the program's own does not. Waits up to `wait`
+// for the agent's word (a lost peer on another node takes its heartbeat timeout to be noticed).
 bool round_failed(std::chrono::milliseconds wait = std::chrono::seconds(30));
 
 enum class Next {
@@ -52,9 +54,12 @@ enum class Next {
 // Call once this round's process groups are destroyed. Marks the slot
 // PARKED, waits for the agent's next round, sets that round's variables
 // in the environment (RANK, WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
-// TORCHELASTIC_RESTART_COUNT, ELASTICRUN_GENERATION, ...) and clears the
-// round's flags. Throws Error without a control block, or when enable() was
-// not called.
+// TORCHELASTIC_RESTART_COUNT, ELASTICRUN_GENERATION, ...) with setenv() and
+// clears the round's flags. setenv() is not safe beside another thread that
+// reads or changes the environment: no other thread of the program may do
+// so while park() runs. Throws Error without a control block, when
+// enable() was not called, or when the announced assignment stays
+// unreadable (2 s).
 Next park();
 
 }  // namespace elasticrun::sdk::inprocess

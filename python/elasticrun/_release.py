@@ -38,19 +38,17 @@ from ._control import ControlBlock, EventKind
 FAILURE_KINDS = frozenset({EventKind.RESTART, EventKind.REPLACE, EventKind.SHUTDOWN})
 POLL_S = 0.05
 
+
+def failed(event) -> bool:
+    """Whether the event ends its round by a failure (not at an agreed step)."""
+    return event.kind in FAILURE_KINDS and event.stop_step < 0
+
 _ESTABLISHED = "01"
 
-# Set by elasticrun.inprocess while a worker joins a round in process (the
-# process group's start, the state's broadcast): a round that ends then
-# has no rescue to keep the store for, and the wait that must end may be
-# on the store itself (init_process_group waiting for a rank that never
-# comes), so every connection of the process is shut down.
-reforming = threading.Event()
 
-
-def _peer_socket_inodes(store_port: Optional[int]) -> set[int]:
+def _tcp_inodes(store_port: Optional[int]) -> set[int]:
     """Inodes of established TCP sockets in this network namespace whose
-    local or remote port is not the store's."""
+    local or remote port is not the store's (all of them without one)."""
     inodes: set[int] = set()
     for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
         try:
@@ -70,23 +68,34 @@ def _peer_socket_inodes(store_port: Optional[int]) -> set[int]:
     return inodes
 
 
-def shutdown_peer_sockets(store_port: Optional[int]) -> int:
-    """Shuts down (both ways) this process's established TCP connections
-    other than the store's; returns how many."""
-    wanted = _peer_socket_inodes(store_port)
-    done = 0
+def _socket_fds() -> dict[int, int]:
+    """This process's sockets: inode -> one descriptor of it."""
+    out: dict[int, int] = {}
     for name in os.listdir("/proc/self/fd"):
         try:
             target = os.readlink(f"/proc/self/fd/{name}")
         except OSError:
             continue
-        if not target.startswith("socket:["):
-            continue
-        if int(target[8:-1]) not in wanted:
+        if target.startswith("socket:["):
+            out.setdefault(int(target[8:-1]), int(name))
+    return out
+
+
+def socket_inodes() -> set[int]:
+    """Inodes of every socket this process holds now."""
+    return set(_socket_fds())
+
+
+def shutdown_sockets(inodes: set[int]) -> int:
+    """Shuts down (both ways) this process's sockets among `inodes`; returns
+    how many."""
+    done = 0
+    for inode, fd in _socket_fds().items():
+        if inode not in inodes:
             continue
         try:
             # A duplicate: shutdown acts on the connection, close on our copy only.
-            s = socket.socket(fileno=os.dup(int(name)))
+            s = socket.socket(fileno=os.dup(fd))
             try:
                 s.shutdown(socket.SHUT_RDWR)
                 done += 1
@@ -97,29 +106,74 @@ def shutdown_peer_sockets(store_port: Optional[int]) -> int:
     return done
 
 
+def shutdown_peer_sockets(store_port: Optional[int]) -> int:
+    """Shuts down this process's established TCP connections other than the
+    store's; returns how many."""
+    return shutdown_sockets(_tcp_inodes(store_port))
+
+
+class Join:
+    """A worker joining a round in process (elasticrun.inprocess: the
+    process group's start, the state's broadcast). A round that fails then
+    has no rescue to keep the store for, and the wait to break may be on
+    the store itself (init_process_group waiting for a rank that never
+    comes): the releaser shuts down the TCP connections the process opened
+    since the join began, the store's included, and again at each look
+    while the failure stands (one opened after the first cut). Connections
+    open before the join (a logger's, a data loader's) are left alone."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._before: Optional[set[int]] = None
+        self.generation = -1  # the round being joined
+
+    def begin(self, generation: int) -> None:
+        with self._lock:
+            if self._before is None:
+                self._before = socket_inodes()
+            self.generation = generation
+
+    def end(self) -> None:
+        with self._lock:
+            self._before = None
+            self.generation = -1
+
+    def cut(self) -> Optional[int]:
+        """Shuts down the join's connections; None when no join is under way."""
+        with self._lock:
+            if self._before is None:
+                return None
+            return shutdown_sockets(_tcp_inodes(None) - self._before)
+
+
+joining = Join()
+
+
 def release_collectives(reason: str) -> Optional[str]:
     """Makes every blocked collective of this process raise; returns what
-    was done (for the log line), None when there was no process group."""
-    if reforming.is_set():
-        return f"shut down {shutdown_peer_sockets(None)} connection(s) of the round being joined"
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        return None
-    backend = str(dist.get_backend())
+    was done (for the log line), None when there was nothing to release."""
     done = []
-    if "nccl" in backend:
-        try:
-            from torch.distributed import distributed_c10d as c10d
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        backend = str(dist.get_backend())
+        if "nccl" in backend:
+            try:
+                from torch.distributed import distributed_c10d as c10d
 
-            c10d._abort_process_group()
-            done.append("aborted the NCCL process group")
-        except Exception as e:  # an older torch without it: the NCCL timeout stands
-            done.append(f"no NCCL abort ({e})")
-    if "gloo" in backend:
-        port = os.environ.get("MASTER_PORT")
-        n = shutdown_peer_sockets(int(port) if port and port.isdigit() else None)
-        done.append(f"shut down {n} gloo connection(s)")
-    return "; ".join(done) or f"nothing to do for backend {backend}"
+                c10d._abort_process_group()
+                done.append("aborted the NCCL process group")
+            except Exception as e:  # an older torch without it: the NCCL timeout stands
+                done.append(f"no NCCL abort ({e})")
+        if "gloo" in backend:
+            port = os.environ.get("MASTER_PORT")
+            n = shutdown_peer_sockets(int(port) if port and port.isdigit() else None)
+            done.append(f"shut down {n} gloo connection(s)")
+        if not done:
+            done.append(f"nothing to do for backend {backend}")
+    n = joining.cut()
+    if n is not None:
+        done.append(f"shut down {n} connection(s) of the round being joined")
+    return "; ".join(done) or None
 
 
 class Releaser(threading.Thread):
@@ -136,22 +190,27 @@ class Releaser(threading.Thread):
         self._stop.set()
 
     def run(self) -> None:
-        seen = -1
+        seen, event = -1, None
         released = None  # the round whose collectives were released
         while not self._stop.wait(POLL_S):
             try:
-                if self._block.header_seq() == seen:
-                    continue
-                # Not read_event(): its cache belongs to the main thread.
-                seen, event = self._block.snapshot_event()
+                if self._block.header_seq() != seen:
+                    # Not read_event(): its cache belongs to the main thread.
+                    seen, event = self._block.snapshot_event()
             except (ValueError, TypeError):  # the block was closed
                 return
+            if event is None or not failed(event):
+                continue
+            if event.generation == released:
+                # A join of the failed round under way: what it opened since.
+                if joining.generation == event.generation:
+                    joining.cut()
+                continue
             # Once per round: a worker that re-forms in process
             # (elasticrun.inprocess) goes on into the next one.
-            if event.kind in FAILURE_KINDS and event.stop_step < 0 and event.generation != released:
-                released = event.generation
-                what = release_collectives(event.reason)
-                if what is not None:
-                    rank = os.environ.get("RANK", self._rank)
-                    print(f"elasticrun: rank {rank}: the round ended ({event.reason}); "
-                          f"{what}", file=sys.stderr, flush=True)
+            released = event.generation
+            what = release_collectives(event.reason)
+            if what is not None:
+                rank = os.environ.get("RANK", self._rank)
+                print(f"elasticrun: rank {rank}: the round ended ({event.reason}); "
+                      f"{what}", file=sys.stderr, flush=True)

@@ -166,6 +166,7 @@ class CheckpointManager:
         # every rank, a collective) and the save in flight.
         self._writer: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._group = None
+        self._group_sockets: set[int] = set()  # its connections (socket inodes)
         self._in_flight: Optional[concurrent.futures.Future] = None
         from .inprocess import at_round_end
 
@@ -309,9 +310,12 @@ class CheckpointManager:
         """elasticrun.inprocess: this process leaves its round, and the
         round's process groups go. After a resize every rank stops at the
         same step, so the save in flight finishes over them first; after a
-        failure its collectives may wait on a dead peer: it is given up (its
-        thread finishes or fails on its own; rank 0 publishes only what every
-        rank wrote). The next round makes its own group."""
+        failure its collectives may wait on a dead peer: it is given up, its
+        group's connections shut down so that they raise at once (rank 0
+        publishes only what every rank wrote). The next round makes its own
+        group."""
+        from ._release import shutdown_sockets
+
         future, self._in_flight = self._in_flight, None
         if future is not None and not failed:
             try:
@@ -320,9 +324,10 @@ class CheckpointManager:
                 print(f"elasticrun: the checkpoint in flight at the round's end failed: {e}",
                       file=sys.stderr, flush=True)
         elif future is not None:
+            shutdown_sockets(self._group_sockets)
             self._writer.shutdown(wait=False)
             self._writer = None
-        self._group = None
+        self._group, self._group_sockets = None, set()
         self._attempt = None
 
     def _async_group(self):
@@ -340,7 +345,12 @@ class CheckpointManager:
                     break
                 except Exception:  # a backend without options: PyTorch's default
                     continue
+            from ._release import socket_inodes
+
+            before = socket_inodes()
             self._group = dist.new_group(backend="gloo", timeout=timeout)
+            # gloo connects its full mesh as the group is made: these are its.
+            self._group_sockets = socket_inodes() - before
         return self._group
 
     def load(self, model, optimizer=None, scheduler=None) -> Optional[dict[str, Any]]:

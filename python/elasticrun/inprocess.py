@@ -76,6 +76,8 @@ PARK_POLL_S = 0.002
 # round ended (a lost peer on another node takes its heartbeat timeout to
 # be noticed); if nothing comes, the error was the function's own.
 VERDICT_WAIT_S = 30.0
+# How long the next round's assignment may stay unreadable once announced.
+ASSIGNMENT_PATIENCE_S = 2.0
 
 
 class World(NamedTuple):
@@ -160,7 +162,8 @@ def read_assignment(control_file: str, generation: int, local_rank: int) -> dict
     if doc.get("generation") != generation:
         raise ValueError(f"{path}: round {doc.get('generation')!r}, expected {generation}")
     ranks = doc.get("ranks")
-    if not isinstance(ranks, list) or not 0 <= local_rank < len(ranks):
+    if (not isinstance(ranks, list) or not 0 <= local_rank < len(ranks)
+            or not isinstance(ranks[local_rank], dict)):
         raise ValueError(f"{path}: no entry for local rank {local_rank}")
     return {str(k): str(v) for k, v in ranks[local_rank].items()}
 
@@ -190,17 +193,19 @@ def run(fn: Callable[[World], Any], state: State, *, backend: Optional[str] = No
         # A round that ends while this process joins it (a peer that never
         # comes, a failure): the releaser breaks the wait, and the process
         # waits for the next round as from a failed collective.
-        if reforms:
-            _release.reforming.set()  # _park() sets it too, once it has the assignment
         error = None
+        if reforms:
+            _release.joining.begin(generation)  # _park() began it, once it had the assignment
         try:
+            if reforms and _ended(block, generation):
+                raise RuntimeError("the round failed before this process joined it")
             dist.init_process_group(backend, **kwargs)
             t_pg = time.time()
             received = _share_state(state, dist)
         except Exception as e:
             error = e
         finally:
-            _release.reforming.clear()
+            _release.joining.end()
         if error is not None:
             if not reforms or not _round_failed(block, generation, error):
                 raise error
@@ -249,8 +254,11 @@ def _share_state(state: State, dist) -> bool:
     _, neg = max(holders)
     source = -neg
     me = dist.get_rank()
-    if me != source:
-        state.held = False  # until the whole of the source's state is here
+    if me != source and (not mine[0] or mine[1] < everyone[source][1]):
+        # Behind (a hot spare's older step): it holds nothing until the whole
+        # of the source's state is here. A rank at the source's step holds
+        # the same state already: what it receives changes nothing.
+        state.held = False
     # Every rank that holds the source's step already is equal to it (the
     # ranks of one round apply the same updates), but ranks cannot tell
     # equal from merely at the same step without sending: send to all.
@@ -304,8 +312,10 @@ def _round_failed(block: ControlBlock, generation: int, error: Exception) -> boo
 
 
 def _ended(block: ControlBlock, generation: int) -> bool:
+    """The round ended by a failure (here or elsewhere): not a resize,
+    whose ranks stop at an agreed step with their collectives intact."""
     _, event = block.snapshot_event()
-    return event.generation == generation and event.pending and event.kind != EventKind.REFORM
+    return event.generation == generation and _release.failed(event)
 
 
 def _leave_round(dist) -> None:
@@ -328,18 +338,23 @@ def _park(block: ControlBlock, session, generation: int) -> None:
     environment; exits the process when the agent dismisses it."""
     lr = session.local_rank
     block.set_flags(lr, FLAG_PARKED)
+    unreadable = 0
     while True:
         _, event = block.snapshot_event()
         if event.kind == EventKind.REFORM and event.generation > generation:
             try:
                 env = read_assignment(session.control_file, event.generation, lr)
-            except (OSError, ValueError):
-                time.sleep(PARK_POLL_S)  # replaced between our two looks: look again
+            except (OSError, ValueError) as e:
+                # Replaced between our two looks: look again; but a file that
+                # stays unreadable is an error (the agent starts a new process).
+                unreadable += 1
+                if unreadable * PARK_POLL_S > ASSIGNMENT_PATIENCE_S:
+                    raise RuntimeError(f"the next round's assignment cannot be read: {e}") from e
+                time.sleep(PARK_POLL_S)
                 continue
+            # From here a round that fails is released by what the join opens.
+            _release.joining.begin(event.generation)
             os.environ.update(env)
-            # From here a round that fails is released by its store too: the
-            # next look of the releaser may come before run() joins it.
-            _release.reforming.set()
             break
         if event.kind == EventKind.SHUTDOWN and event.stop_step < 0 and event.generation >= generation:
             # The node leaves, or the job is over: nothing here is unsaved

@@ -363,6 +363,7 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
       group_.signal_all(sig);
     }
     stop(sig, Outcome::kSignaled, config_.shutdown_timeout);
+    kill_stopped();
   }
 
  public:

@@ -4,9 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 namespace elasticrun::control {
 
@@ -91,11 +89,23 @@ util::Result<RankEnv> parse_assignment(const std::string& text, uint64_t generat
 
 util::Result<RankEnv> read_assignment(const std::string& path, uint64_t generation,
                                       int local_rank) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return util::Status(errno ? errno : ENOENT, "open " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  auto env = parse_assignment(text.str(), generation, local_rank);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return util::Status(errno, "open " + path);
+  std::string text;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return util::Status(err, "read " + path);
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  auto env = parse_assignment(text, generation, local_rank);
   if (!env) return util::Status(env.status().err(), path + ": " + env.status().context());
   return env;
 }

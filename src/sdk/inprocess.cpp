@@ -21,17 +21,21 @@ using control::EventKind;
 // How often a parked worker looks at the block, and one waiting for a verdict.
 constexpr auto kParkPoll = std::chrono::milliseconds(2);
 constexpr auto kVerdictPoll = std::chrono::milliseconds(10);
+// How many looks an announced assignment may stay unreadable (2 s).
+constexpr int kUnreadableLooks = 1000;
 
 uint64_t current_generation() {
   const char* g = std::getenv("ELASTICRUN_GENERATION");
   return g != nullptr ? std::strtoull(g, nullptr, 10) : 0;
 }
 
-// The round ended: an event of this round is out that is not the reform
-// that began it.
+// The round ended by a failure (here or elsewhere): not a resize, whose
+// ranks stop at an agreed step with their collectives intact.
 bool ended(const ControlBlock& block, uint64_t generation) {
   const ControlBlock::Event e = block.read_event();
-  return e.generation == generation && e.kind != EventKind::none && e.kind != EventKind::reform;
+  const bool failure =
+      e.kind == EventKind::restart || e.kind == EventKind::replace || e.kind == EventKind::shutdown;
+  return e.generation == generation && failure && e.stop_step < 0;
 }
 
 }  // namespace
@@ -67,14 +71,20 @@ Next park() {
   const uint64_t generation = current_generation();
   const std::string path = control::assignment_path(block->path());
   detail::change_slot_flags(control::kFlagParked, 0);
+  int unreadable = 0;
   for (;;) {
     const ControlBlock::Event e = block->read_event();
     if (e.kind == EventKind::reform && e.generation > generation) {
-      // Replaced between the event and our read: look again.
       auto env = control::read_assignment(path, e.generation, lr);
       if (env) {
         for (const auto& [name, value] : env.value()) ::setenv(name.c_str(), value.c_str(), 1);
         break;
+      }
+      // Replaced between the event and our read: look again; but a file that
+      // stays unreadable is an error (the agent starts a new process).
+      if (++unreadable > kUnreadableLooks) {
+        throw Error("inprocess::park(): the next round's assignment cannot be read: " +
+                    env.status().message());
       }
     } else if (e.kind == EventKind::shutdown && e.stop_step < 0 && e.generation >= generation) {
       return Next::kExit;

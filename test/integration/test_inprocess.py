@@ -260,8 +260,8 @@ def test_a_stopped_peer_is_killed_and_the_others_re_form_in_process_with_its_rep
     on in their processes with its replacement, which takes their state."""
     want = fixed_run(shared_runs, torchrun)
     log = tmp_path / "log"
-    job = inprocess_job(procs, marker, elasticrun, tmp_path, store, "--hang-timeout", "2",
-                        "--max-restarts", "1")
+    job = inprocess_job(procs, marker, elasticrun, tmp_path, store, "--hang-timeout", "3",
+                        "--max-restarts", "2")
     for n in (1, 2, 3):
         job.start_agent(n)
     g3 = wait_world(job, log, 3)
@@ -336,7 +336,11 @@ def test_fifty_re_formations_in_a_row_leak_nothing_in_a_surviving_worker_or_its_
     # Every re-formation took place in process: three workers in all.
     assert len({e["pid"] for ranks in logged.values() for e in ranks}) == 3
     (w0, a0), (w1, a1) = seen[WARMUP_CYCLES], seen[REFORM_CYCLES]
-    assert w1[:2] == w0[:2], f"worker (fds, threads): {w0[:2]} after {WARMUP_CYCLES} cycles, " \
-                             f"{w1[:2]} after {REFORM_CYCLES}"
-    assert a1[:2] == a0[:2], f"agent (fds, threads): {a0[:2]}, then {a1[:2]}"
+    # A connection or a thread of the moment (a rendezvous' store client, a
+    # heartbeat) may be open at either look: a margin of two, where a leak of
+    # one per re-formation would be forty.
+    for (before, after), who in (((w0, w1), "worker"), ((a0, a1), "agent")):
+        assert after[0] <= before[0] + 2 and after[1] <= before[1] + 2, \
+            f"{who} (fds, threads, kB): {before} after {WARMUP_CYCLES} cycles, " \
+            f"{after} after {REFORM_CYCLES}"
     assert w1[2] - w0[2] < 8 * 1024, f"worker resident kB: {w0[2]}, then {w1[2]}"

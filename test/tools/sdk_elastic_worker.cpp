@@ -71,23 +71,19 @@ int64_t resume_step(const fs::path& dir) {
   return best;
 }
 
-// One round's worth of the job from `start`: returns the step it stopped at,
-// and whether the job is finished.
-struct RoundEnd {
-  int64_t step;
-  bool finished;
-};
-
-RoundEnd train_round(const fs::path& dir, int step_ms, const json& who, int64_t start,
-                     elasticrun::StoreClient& store, bool reforms) {
+// One round's worth of the job: true when the job is finished, false when
+// the round stopped for a resize.
+// `step` is the state: the last whole step, also when a collective throws.
+bool train_round(const fs::path& dir, int step_ms, const json& who, int64_t& step,
+                 elasticrun::StoreClient& store, bool reforms) {
+  const int64_t start = step;
   const int world = who["world"].get<int>();
-  auto event = [&](const char* name, int64_t step) {
+  auto event = [&](const char* name, int64_t at) {
     json j = who;
     j["event"] = name;
-    j["step"] = step;
+    j["step"] = at;
     return j;
   };
-  int64_t step = start;
   while (true) {
     const bool finish = fs::exists(dir / "finish");
     // The round's store is fresh each round: step keys never collide.
@@ -101,7 +97,7 @@ RoundEnd train_round(const fs::path& dir, int step_ms, const json& who, int64_t 
     if (step == start + 5) record(dir, event("steady", step));
     if (any_finish) {
       record(dir, event("finish", step));
-      return {step, true};
+      return true;
     }
     if (sdk::elastic_event_detected()) {
       json j = event(reforms ? "park" : "stop", step);
@@ -116,7 +112,7 @@ RoundEnd train_round(const fs::path& dir, int step_ms, const json& who, int64_t 
         sdk::saved();
       }
       record(dir, j);
-      return {step, false};
+      return false;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
   }
@@ -150,7 +146,7 @@ int run(const fs::path& dir, int step_ms) {
                       {"agent", static_cast<int64_t>(::getppid())},
                       {"pid", static_cast<int64_t>(::getpid())},
                       {"lang", "c++"}};
-    RoundEnd end{step, false};
+    bool finished = false;
     try {
       auto store = elasticrun::StoreClient::connect(
           env("MASTER_ADDR"), static_cast<uint16_t>(std::stoi(env("MASTER_PORT"))));
@@ -159,13 +155,12 @@ int run(const fs::path& dir, int step_ms) {
       start["event"] = "start";
       start["step"] = step;
       record(dir, start);
-      end = train_round(dir, step_ms, who, step, store, reforms);
+      finished = train_round(dir, step_ms, who, step, store, reforms);
     } catch (const std::exception&) {
       // A peer gone: the round's store goes with the round.
       if (!reforms || !sdk::inprocess::round_failed()) throw;
     }
-    if (!reforms || end.finished) return 0;
-    step = end.step;
+    if (!reforms || finished) return 0;
     if (sdk::inprocess::park() == sdk::inprocess::Next::kExit) return 0;
   }
 }
