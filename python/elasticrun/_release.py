@@ -87,11 +87,13 @@ def socket_inodes() -> set[int]:
 
 
 def shutdown_sockets(inodes: set[int]) -> int:
-    """Shuts down (both ways) this process's sockets among `inodes`; returns
-    how many."""
+    """Shuts down (both ways) this process's established TCP connections
+    among `inodes`; returns how many. Never a listening socket: gloo's
+    listener aborts the process when its socket is shut down under it."""
+    wanted = inodes & _tcp_inodes(None)
     done = 0
     for inode, fd in _socket_fds().items():
-        if inode not in inodes:
+        if inode not in wanted:
             continue
         try:
             # A duplicate: shutdown acts on the connection, close on our copy only.

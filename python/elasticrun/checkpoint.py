@@ -153,6 +153,11 @@ def _sharded_tensors(state: Any) -> list[str]:
     return found
 
 
+# How long a background save given up at a failed round's end may take to
+# notice that its connections were shut down.
+_ABANDON_WAIT_S = 10.0
+
+
 class CheckpointManager:
     def __init__(self, root: str | os.PathLike, keep: int = 3):
         if keep < 1:
@@ -325,8 +330,14 @@ class CheckpointManager:
                       file=sys.stderr, flush=True)
         elif future is not None:
             shutdown_sockets(self._group_sockets)
-            self._writer.shutdown(wait=False)
-            self._writer = None
+            try:
+                # Its collectives raise now: out of the group before the group goes.
+                future.result(timeout=_ABANDON_WAIT_S)
+            except Exception:  # noqa: BLE001 - its error is the round's; a timeout: leave it
+                pass
+            if not future.done():
+                self._writer.shutdown(wait=False)
+                self._writer = None
         self._group, self._group_sockets = None, set()
         self._attempt = None
 

@@ -14,6 +14,14 @@ says how to run them). Standard library only; the workers import torch.
                and 127.0.0.2), two ranks each; two or three: one agent,
                one rank per GPU (NCCL refuses two ranks on one GPU); one:
                skipped.
+  nccl-inprocess  --inprocess-restart on NCCL: examples/python/
+               train_inprocess.py under two agents (a dynamic job 1:2 on
+               127.0.0.1 and 127.0.0.2, one GPU each); the second joins and
+               then leaves on SIGTERM: the first agent's worker is one
+               process throughout (its NCCL group torn down and made again
+               in process), the joiner's parameters equal the survivor's bit
+               for bit at every step (the state came by NCCL broadcast), and
+               the job finishes. Two GPUs or more.
 
 --backend gloo rehearses the NCCL checks on CPU tensors (with a fake
 nvidia-smi on PATH and --gpus N, on a machine without GPUs): it tests the
@@ -40,6 +48,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).resolve().parent / "nccl_worker.py"
+TRAIN_INPROCESS = REPO / "examples/python/train_inprocess.py"
 MARKER_VAR = "ELASTICRUN_GPU_CHECK_MARKER"
 MARKER = uuid.uuid4().hex
 HANG_S = 3
@@ -265,6 +274,84 @@ def check_nccl(mode: str, elasticrun: Path, elasticctl: Path, python: Path, gpus
     return f"{layout}: survivors released {slowest:.1f} s after it ({error[:80]!r})"
 
 
+def steps_logged(log: Path) -> list[dict]:
+    out = []
+    for path in sorted(log.glob("steps.rank*.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass  # a line cut short
+    return out
+
+
+def wait_world(log: Path, world: int, after_gen: int, agent: subprocess.Popen, err: Path) -> int:
+    """The generation of the first step at `world` ranks after `after_gen`."""
+    deadline = time.monotonic() + CASE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        gens = [e["gen"] for e in steps_logged(log) if e["world"] == world and e["gen"] > after_gen]
+        if gens:
+            return min(gens)
+        if agent.poll() is not None:
+            raise Failed(f"agent 1 exited {agent.returncode} before a step at {world}\n{tail(err)}")
+        time.sleep(0.1)
+    raise Failed(f"no step at world size {world} after generation {after_gen}\n{tail(err)}")
+
+
+def check_nccl_inprocess(elasticrun: Path, elasticctl: Path, python: Path, gpus: int,
+                         work: Path) -> str:
+    if gpus < 2:
+        raise Skipped("one GPU: NCCL cannot put two ranks of one communicator on it")
+    out = work / "nccl-inprocess"
+    out.mkdir()
+    log = out / "log"
+    port = start_store(elasticctl, python, out)
+
+    def agent(n: int) -> subprocess.Popen:
+        return spawn([elasticrun, "--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-backend",
+                      "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "gpu-inprocess",
+                      "--local-addr", f"127.0.0.{n}", "--rdzv-conf", RDZV_CONF, *FAST,
+                      "--inprocess-restart", TRAIN_INPROCESS, "--steps", "400", "--step-s", "0.05",
+                      "--log", log],
+                     environment(python, CUDA_VISIBLE_DEVICES=str(n - 1)), out / f"agent{n}")
+
+    a1 = agent(1)
+    err = out / "agent1.err"
+    g1 = wait_world(log, 1, -1, a1, err)
+    a2 = agent(2)
+    g2 = wait_world(log, 2, g1, a1, err)
+    time.sleep(2)  # some steps at 2
+    a2.send_signal(signal.SIGTERM)
+    wait(a2, 60, "agent 2 after SIGTERM", out / "agent2.err")
+    wait_world(log, 1, g2, a1, err)
+    code = wait(a1, CASE_TIMEOUT_S, "agent 1", err)
+    if code != 0:
+        raise Failed(f"agent 1 exited {code}\n{tail(err)}")
+    for p in procs:
+        if p.poll() is None:  # the store
+            p.send_signal(signal.SIGTERM)
+            p.wait(30)
+    nothing_left()
+
+    recs = steps_logged(log)
+    # At world size 1 only agent 1's worker trains: before the join and after the leave.
+    survivor = {e["pid"] for e in recs if e["world"] == 1}
+    if len(survivor) != 1:
+        raise Failed(f"agent 1's rank was {len(survivor)} processes: {sorted(survivor)}")
+    by_step: dict[int, set[str]] = {}
+    for e in recs:
+        if e["world"] == 2:
+            by_step.setdefault(e["step"], set()).add(e["params"])
+    unequal = [s for s, p in by_step.items() if len(p) != 1]
+    if not by_step or unequal:
+        raise Failed(f"steps at world size 2: {len(by_step)}; unequal parameters at {unequal[:5]}")
+    last = max(e["step"] for e in recs)
+    if last != 400:
+        raise Failed(f"the job ended at step {last}, not 400")
+    return (f"one survivor process through 1 -> 2 -> 1; {len(by_step)} steps at 2 with equal "
+            f"parameters on both ranks")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--elasticrun", type=Path, required=True)
@@ -292,6 +379,12 @@ def main() -> int:
             return check_nccl(mode, args.elasticrun, args.elasticctl, args.python, args.gpus, work,
                               args.backend)
         checks.append((f"{args.backend}-{mode}", nccl))
+
+    def nccl_inprocess():
+        if not torch_ok and args.backend == "nccl":
+            raise Skipped(f"{args.python} has no torch with CUDA and NCCL")
+        return check_nccl_inprocess(args.elasticrun, args.elasticctl, args.python, args.gpus, work)
+    checks.append((f"{args.backend}-inprocess", nccl_inprocess))
 
     results = []
     try:

@@ -140,9 +140,15 @@ def last_generation_of_each_step(logged: dict[int, list[dict]]) -> dict[int, lis
 
 def test_survivors_of_a_node_killed_mid_step_go_on_in_the_same_process_from_the_last_whole_step(
         procs, marker, elasticrun, torchrun, tmp_path, store, shared_runs):  # noqa: F811
+    """With a checkpoint written in the background every other step, so
+    that the loss usually finds one in flight: the survivors give it up
+    (its connections shut down, never a listener) and park."""
     want = fixed_run(shared_runs, torchrun)
     log = tmp_path / "log"
-    job = inprocess_job(procs, marker, elasticrun, tmp_path, store)
+    job = Job(procs, marker, elasticrun, tmp_path, "2:4", f"127.0.0.1:{store}", run_id=RUN_ID,
+              worker=TRAIN, extra=["--inprocess-restart"],
+              worker_args=train_args(log, "--step-s", STEP_S, "--ckpt", tmp_path / "ckpt",
+                                     "--save-every", "2"))
     job.start_agent(1)
     job.start_agent(2)
     g2 = wait_world(job, log, 2)
