@@ -121,7 +121,7 @@ def test_survivors_of_a_join_a_leave_and_a_release_go_on_in_the_same_process_and
     pids = pids_by_rank_and_gen(got)
     assert len(set().union(*pids.values())) == 4, pids
     for rank in (0, 1):
-        assert len({pid for (gen, r), ps in pids.items() if r == rank for pid in ps}) == 1, pids
+        assert len(processes_of_rank(pids, rank)) == 1, pids
     said = "\n".join(p.stdout() + p.stderr() for p in job.agents.values())
     assert "parked worker(s) go on in the new round" in said, said[-4000:]
     check_as_fixed_run(got, want)
@@ -136,6 +136,20 @@ def last_generation_of_each_step(logged: dict[int, list[dict]]) -> dict[int, lis
         last = max(e["gen"] for e in ranks)
         out[step] = [e for e in ranks if e["gen"] == last]
     return out
+
+
+def checked_reformed_run(logged: dict[int, list[dict]]) -> dict[int, list[dict]]:
+    """The run as it counts (each step's last generation), checked as the
+    continuity test checks it, with every rank of a step on equal weights."""
+    got = last_generation_of_each_step(logged)
+    check_run(got)
+    check_same_params(got)
+    return got
+
+
+def processes_of_rank(pids: dict[tuple[int, int], set[int]], rank: int) -> set[int]:
+    """The processes that trained as `rank`, in any generation."""
+    return {pid for (_, r), ps in pids.items() if r == rank for pid in ps}
 
 
 def test_survivors_of_a_node_killed_mid_step_go_on_in_the_same_process_from_the_last_whole_step(
@@ -165,14 +179,12 @@ def test_survivors_of_a_node_killed_mid_step_go_on_in_the_same_process_from_the_
     finish(job, marker, {1: 0, 2: 0})
 
     logged = steps_logged(log)
-    got = last_generation_of_each_step(logged)
-    check_run(got)
-    check_same_params(got)
+    got = checked_reformed_run(logged)
     assert [world for _, world, _ in generations(got)] == [2, 3, 2], generations(got)
     pids = pids_by_rank_and_gen(logged)
     assert len(set().union(*pids.values())) == 3, pids
     for rank in (0, 1):
-        assert len({pid for (gen, r), ps in pids.items() if r == rank for pid in ps}) == 1, pids
+        assert len(processes_of_rank(pids, rank)) == 1, pids
     check_as_fixed_run(got, want)
 
 
@@ -192,14 +204,12 @@ def test_a_killed_worker_starts_again_and_takes_the_state_from_the_survivor_whic
     finish(job, marker, {1: 0, 2: 0})
 
     logged = steps_logged(log)
-    got = last_generation_of_each_step(logged)
-    check_run(got)
-    check_same_params(got)
+    got = checked_reformed_run(logged)
     pids = pids_by_rank_and_gen(logged)
     # Rank 0 is one process throughout; rank 1 is the killed one, then its
     # replacement, which started from the survivor's state, not step 0.
-    assert len({pid for (gen, r), ps in pids.items() if r == 0 for pid in ps}) == 1, pids
-    assert len({pid for (gen, r), ps in pids.items() if r == 1 for pid in ps}) == 2, pids
+    assert len(processes_of_rank(pids, 0)) == 1, pids
+    assert len(processes_of_rank(pids, 1)) == 2, pids
     later = [e for ranks in logged.values() for e in ranks if e["gen"] > g2]
     assert min(e["step"] for e in later) > 10, later[:2]
     check_as_fixed_run(got, want)
@@ -241,9 +251,7 @@ def test_a_node_scaled_away_keeps_its_parked_worker_which_re_forms_when_scaled_b
     finish(job, marker, {1: 0, 2: 0, 3: 0})
 
     logged = steps_logged(log)
-    got = last_generation_of_each_step(logged)
-    check_run(got)
-    check_same_params(got)
+    got = checked_reformed_run(logged)
     assert [world for _, world, _ in generations(got)][-4:] == [3, 2, 3, 3], generations(got)
     # Three processes until the kill (the spare's came back), one more after.
     assert len(before) == 3, before
@@ -282,12 +290,10 @@ def test_a_stopped_peer_is_killed_and_the_others_re_form_in_process_with_its_rep
     finish(job, marker, {1: 0, 2: 0, 3: 0})
 
     logged = steps_logged(log)
-    got = last_generation_of_each_step(logged)
-    check_run(got)
-    check_same_params(got)
+    got = checked_reformed_run(logged)
     pids = pids_by_rank_and_gen(logged)
     for rank in (0, 1):
-        assert len({pid for (gen, r), ps in pids.items() if r == rank for pid in ps}) == 1, pids
+        assert len(processes_of_rank(pids, rank)) == 1, pids
     assert not [ps for (gen, r), ps in pids.items() if gen > g3 and victim in ps], pids
     said = "\n".join(a.stderr() for a in job.agents.values())
     assert f"(pid {victim}) is stopped: killing it" in said, said[-4000:]
