@@ -122,28 +122,41 @@ class Join:
     comes): the releaser shuts down the TCP connections the process opened
     since the join began, the store's included, and again at each look
     while the failure stands (one opened after the first cut). Connections
-    open before the join (a logger's, a data loader's) are left alone."""
+    open before the join (a logger's, a data loader's) are left alone.
+
+    It also knows the newest round the process has joined: a failure of an
+    earlier one that the releaser sees late (the process has parked and
+    begun the next join meanwhile) must not release the new round's
+    collectives. `lock` is held across a release, so that no join begins
+    in the middle of one."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self.lock = threading.RLock()
         self._before: Optional[set[int]] = None
         self.generation = -1  # the round being joined
+        self.newest = -1  # the newest round begun (-1: not in process)
 
     def begin(self, generation: int) -> None:
-        with self._lock:
+        with self.lock:
             if self._before is None:
                 self._before = socket_inodes()
             self.generation = generation
+            self.newest = max(self.newest, generation)
 
     def end(self) -> None:
-        with self._lock:
+        with self.lock:
             self._before = None
             self.generation = -1
 
-    def cut(self) -> Optional[int]:
-        """Shuts down the join's connections; None when no join is under way."""
-        with self._lock:
-            if self._before is None:
+    def moved_past(self, generation: int) -> bool:
+        """Whether the process has begun a round after `generation`."""
+        return generation < self.newest
+
+    def cut(self, generation: int) -> Optional[int]:
+        """Shuts down the connections of a join of round `generation` (or of
+        an earlier one, which ended too); None when no such join is under way."""
+        with self.lock:
+            if self._before is None or self.generation > generation:
                 return None
             return shutdown_sockets(_tcp_inodes(None) - self._before)
 
@@ -151,31 +164,35 @@ class Join:
 joining = Join()
 
 
-def release_collectives(reason: str) -> Optional[str]:
-    """Makes every blocked collective of this process raise; returns what
-    was done (for the log line), None when there was nothing to release."""
-    done = []
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        backend = str(dist.get_backend())
-        if "nccl" in backend:
-            try:
-                from torch.distributed import distributed_c10d as c10d
+def release_collectives(generation: int) -> Optional[str]:
+    """Makes every blocked collective of round `generation` raise; returns
+    what was done (for the log line), None when there was nothing to release
+    (the process is in a later round already)."""
+    with joining.lock:
+        if joining.moved_past(generation):
+            return None
+        done = []
+        dist = sys.modules.get("torch.distributed")
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            backend = str(dist.get_backend())
+            if "nccl" in backend:
+                try:
+                    from torch.distributed import distributed_c10d as c10d
 
-                c10d._abort_process_group()
-                done.append("aborted the NCCL process group")
-            except Exception as e:  # an older torch without it: the NCCL timeout stands
-                done.append(f"no NCCL abort ({e})")
-        if "gloo" in backend:
-            port = os.environ.get("MASTER_PORT")
-            n = shutdown_peer_sockets(int(port) if port and port.isdigit() else None)
-            done.append(f"shut down {n} gloo connection(s)")
-        if not done:
-            done.append(f"nothing to do for backend {backend}")
-    n = joining.cut()
-    if n is not None:
-        done.append(f"shut down {n} connection(s) of the round being joined")
-    return "; ".join(done) or None
+                    c10d._abort_process_group()
+                    done.append("aborted the NCCL process group")
+                except Exception as e:  # an older torch without it: the NCCL timeout stands
+                    done.append(f"no NCCL abort ({e})")
+            if "gloo" in backend:
+                port = os.environ.get("MASTER_PORT")
+                n = shutdown_peer_sockets(int(port) if port and port.isdigit() else None)
+                done.append(f"shut down {n} gloo connection(s)")
+            if not done:
+                done.append(f"nothing to do for backend {backend}")
+        n = joining.cut(generation)
+        if n is not None:
+            done.append(f"shut down {n} connection(s) of the round being joined")
+        return "; ".join(done) or None
 
 
 class Releaser(threading.Thread):
@@ -205,13 +222,12 @@ class Releaser(threading.Thread):
                 continue
             if event.generation == released:
                 # A join of the failed round under way: what it opened since.
-                if joining.generation == event.generation:
-                    joining.cut()
+                joining.cut(event.generation)
                 continue
             # Once per round: a worker that re-forms in process
             # (elasticrun.inprocess) goes on into the next one.
             released = event.generation
-            what = release_collectives(event.reason)
+            what = release_collectives(event.generation)
             if what is not None:
                 rank = os.environ.get("RANK", self._rank)
                 print(f"elasticrun: rank {rank}: the round ended ({event.reason}); "

@@ -234,9 +234,14 @@ class LauncherPairs:
         return self.shared.get(name, make)
 
 
-def wait_for(predicate, what: str, timeout: float = RUN_TIMEOUT_S, proc: Proc | None = None):
+def wait_for(predicate, what: str, timeout: float = RUN_TIMEOUT_S, proc: Proc | None = None,
+             others: tuple = ()):
     """Polls predicate() until it returns something truthy; fails with `what`
-    (and the launcher's output) at the deadline or when proc exits first."""
+    (and the output of proc and of the others) at the deadline or when proc
+    exits first."""
+    def described() -> str:
+        return "".join(f"\n{p.describe()}" for p in (proc, *others) if p is not None)
+
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -246,9 +251,9 @@ def wait_for(predicate, what: str, timeout: float = RUN_TIMEOUT_S, proc: Proc | 
             value = predicate()
             if value:
                 return value
-            pytest.fail(f"{proc.name} exited before {what}\n{proc.describe()}")
+            pytest.fail(f"{proc.name} exited before {what}{described()}")
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}" + (f"\n{proc.describe()}" if proc else ""))
+            pytest.fail(f"timed out waiting for {what}{described()}")
         time.sleep(0.05)
 
 

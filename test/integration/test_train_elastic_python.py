@@ -92,7 +92,8 @@ def world_seen(log: Path, world: int, after_gen: int):
 def wait_world(job: Job, log: Path, world: int, after_gen: int = -1) -> int:
     return wait_for(lambda: world_seen(log, world, after_gen),
                     f"a step at world size {world} after generation {after_gen}",
-                    timeout=GEN_TIMEOUT_S, proc=job.agents[1])
+                    timeout=GEN_TIMEOUT_S, proc=job.agents[1],
+                    others=tuple(a for n, a in sorted(job.agents.items()) if n != 1))
 
 
 def global_order(ranks: list[dict]) -> list[int]:
