@@ -13,6 +13,7 @@
 #include "agent/failure_report.hpp"
 #include "agent/fault_record.hpp"
 #include "agent/fault_stacks.hpp"
+#include "agent/handled_signals.hpp"
 #include "agent/health_watch.hpp"
 #include "agent/hook.hpp"
 #include "agent/parking.hpp"
@@ -46,7 +47,9 @@ AttemptDelegate& no_round() {
 // One attempt: start the workers, watch them until every one has exited,
 // or (--inprocess-restart) until every one still running has parked; then
 // resume() runs them in the next round, or dismiss() ends them.
-class Attempt final : public AttemptControl, public supervisor::LogPump::LineObserver {
+class Attempt final : public AttemptControl,
+                      public supervisor::LogPump::LineObserver,
+                      private SignalTarget {
  public:
   Attempt(const AgentConfig& c, const NodeContext& node, int restart_count, fs::path attempt_dir,
           std::vector<std::string> stack_files, int rank_offset, AttemptDelegate& delegate,
@@ -66,8 +69,7 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     uv_loop_init(&loop_);
     uv_signal_init(&loop_, &sigchld_);
     sigchld_.data = this;
-    for (uv_timer_t* t :
-         {&kill_timer_, &leave_timer_, &refill_timer_, &monitor_timer_, &park_timer_}) {
+    for (uv_timer_t* t : {&kill_timer_, &refill_timer_, &monitor_timer_, &park_timer_}) {
       uv_timer_init(&loop_, t);
       t->data = this;
     }
@@ -113,16 +115,7 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     uv_signal_start(
         &sigchld_, [](uv_signal_t* h, int) { static_cast<Attempt*>(h->data)->on_child(); },
         SIGCHLD);
-    for (int sig : config_.signals_to_handle) {
-      auto s = std::make_unique<uv_signal_t>();
-      uv_signal_init(&loop_, s.get());
-      s->data = this;
-      uv_signal_start(
-          s.get(),
-          [](uv_signal_t* h, int signum) { static_cast<Attempt*>(h->data)->on_signal(signum); },
-          sig);
-      forwarded_.push_back(std::move(s));
-    }
+    signals_.start(&loop_);
     return launch(std::move(specs), logs, std::vector<pid_t>(specs.size(), 0));
   }
 
@@ -285,7 +278,7 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
   }
 
  public:
-  int stop_signal() const { return stop_signal_; }
+  int stop_signal() const { return signals_.stop_signal(); }
 
  private:
   void on_child() {
@@ -325,37 +318,13 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     finish();
   }
 
-  void on_signal(int sig) {
-    const bool first = stop_signal_ == 0;
-    // The delegate hears of the first signal even when it is forwarded.
-    const bool leaves = first && delegate_->on_signal(sig);
-    if (leaves && !stopping_) {
-      log_->warn("received {}: this node leaves the job; its workers stop as the nodes agree",
-                 supervisor::signal_name(sig));
-      stop_signal_ = sig;
-      // Forwarded after all if the job does not answer in time.
-      uv_timer_start(
-          &leave_timer_,
-          [](uv_timer_t* t) {
-            auto* self = static_cast<Attempt*>(t->data);
-            if (self->stopping_) return;
-            self->log_->warn("no stop request within {} ms of {}: forwarding it to the workers",
-                             self->config_.graceful_shutdown_timeout.count(),
-                             supervisor::signal_name(self->stop_signal_));
-            self->stop(self->stop_signal_, Outcome::kSignaled, self->config_.shutdown_timeout);
-          },
-          static_cast<uint64_t>(config_.graceful_shutdown_timeout.count()), 0);
-      return;
-    }
-    if (stopping_ && outcome_ == Outcome::kSignaled) {
-      if (sig == SIGINT) {
-        log_->warn("second SIGINT: killing workers now");
-        group_.signal_all(SIGKILL);
-      }
-      return;
-    }
-    log_->warn("received {}: forwarding it to the workers", supervisor::signal_name(sig));
-    stop_signal_ = sig;
+  // SignalTarget: what the handled signals do (handled_signals.hpp).
+  bool node_leaves(int sig) override { return delegate_->on_signal(sig); }
+  bool stopping() const override { return stopping_; }
+  bool stopped_by_signal() const override { return outcome_ == Outcome::kSignaled; }
+  void forward(int sig) override { group_.signal_all(sig); }
+  void kill_workers() override { group_.signal_all(SIGKILL); }
+  void stop_with(int sig) override {
     // A stop already under way (a failure, a round that ended) turns into
     // this: the run now ends with the signal.
     if (stopping_) {
@@ -480,7 +449,7 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
     done_ = true;
     if (!stopping_) outcome_ = Outcome::kSucceeded;
     uv_timer_stop(&kill_timer_);
-    uv_timer_stop(&leave_timer_);
+    signals_.cancel();
     uv_timer_stop(&refill_timer_);
     rescue_.cancel();
     uv_timer_stop(&monitor_timer_);
@@ -506,7 +475,6 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
   std::optional<std::string> stop_reason_;
   uv_signal_t sigchld_{};
   uv_timer_t kill_timer_{};
-  uv_timer_t leave_timer_{};    // signal_means_leave: forwards the signal if nobody stops us
   uv_timer_t refill_timer_{};   // --warm-start: interpreters for the next attempt
   uv_timer_t monitor_timer_{};  // --monitor-interval: the delegate's tick
   uv_timer_t park_timer_{};     // --inprocess-restart: whether the workers parked
@@ -514,14 +482,13 @@ class Attempt final : public AttemptControl, public supervisor::LogPump::LineObs
   std::optional<health::Fault> fault_;
   FaultStacks fault_stacks_;  // the fault's stacks, and the wait for them
   RescueWindow rescue_{&loop_, group_, config_.shutdown_signal};  // after a failure
-  std::vector<std::unique_ptr<uv_signal_t>> forwarded_;
+  HandledSignals signals_{config_.signals_to_handle, config_.graceful_shutdown_timeout, *this};
   bool stopping_ = false;
   bool done_ = false;
   bool parked_ = false;      // done_, with every running worker parked
   bool dismissing_ = false;  // parked workers told to exit
   bool torn_down_ = false;
   Outcome outcome_ = Outcome::kSucceeded;
-  int stop_signal_ = 0;
   std::vector<WorkerExit> failures_;
   WorkerStreams streams_{&loop_, this};
   std::shared_ptr<spdlog::logger> log_ = util::logger("agent");

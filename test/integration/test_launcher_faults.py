@@ -333,6 +333,37 @@ def test_sigterm_to_the_agent_reaches_every_worker_and_the_agent_exits_143(
     assert results["torchrun"] == 1, f"torchrun exited {results['torchrun']} (documented: 1)"
 
 
+def test_a_sigterm_during_the_grace_of_a_sigusr1_reaches_the_workers_as_under_torchrun(
+    procs, marker, elasticrun, torchrun, tmp_path  # noqa: F811
+):
+    """SLURM's warning then its end (--signal=B:USR1@60, then SIGTERM): the
+    workers note the SIGUSR1 and train on; the SIGTERM that follows must
+    reach them too (their chance to save), not wait for --shutdown-timeout's
+    SIGKILL. torchrun passes it on; so do we, and say so."""
+    for name, binary in (("torchrun", torchrun), ("elasticrun", elasticrun)):
+        proc, state = start(procs, marker, binary,
+                            ["--standalone", "--nproc-per-node", "2", "--signals-to-handle",
+                             "SIGUSR1,SIGTERM", "--shutdown-timeout", "600"],
+                            ["--note", "SIGUSR1", "--exit-on", "SIGTERM"], tmp_path / name, name)
+        wait_started(proc, state, 2)
+        os.kill(proc.pid, signal.SIGUSR1)
+        # Handled before the SIGTERM is sent: two pending signals of the
+        # agent would be taken in any order.
+        wait_for(lambda: got(state, "SIGUSR1") == {0, 1}, f"{name}: the SIGUSR1 forwarded",
+                 proc=proc)
+        assert proc.popen.poll() is None, f"{name} exited on SIGUSR1\n{proc.describe()}"
+        os.kill(proc.pid, signal.SIGTERM)
+        wait_for(lambda: got(state, "SIGTERM") == {0, 1}, f"{name}: the SIGTERM forwarded",
+                 timeout=PROMPT_EXIT_S, proc=proc)
+        rc = proc.wait(PROMPT_EXIT_S)
+        assert not wait_marked_gone(marker), f"{name} left processes behind"
+        if name == "elasticrun":
+            # The run ends with the first signal; the log names the second.
+            assert rc == 128 + signal.SIGUSR1, proc.describe()
+            assert "received SIGTERM while the workers stop after SIGUSR1: forwarding it" in \
+                proc.stderr(), proc.describe()
+
+
 def test_a_second_sigint_kills_the_workers_at_once(procs, marker, elasticrun, tmp_path):  # noqa: F811
     # The workers note SIGINT and keep running; the shutdown timeout is far
     # longer than this test waits, so only the second SIGINT can end them.
