@@ -25,8 +25,8 @@ void HandledSignals::start(uv_loop_t* loop) {
     uv_signal_init(loop, h.get());
     h->data = this;
     uv_signal_start(
-        h.get(),
-        [](uv_signal_t* s, int n) { static_cast<HandledSignals*>(s->data)->on_signal(n); }, signo);
+        h.get(), [](uv_signal_t* s, int n) { static_cast<HandledSignals*>(s->data)->on_signal(n); },
+        signo);
     handles_.push_back(std::move(h));
   }
 }
