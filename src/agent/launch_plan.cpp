@@ -36,13 +36,36 @@ std::string find_in_path(const std::string& name, const Environment& env) {
   return {};
 }
 
+// The Python environment (a venv, a conda env) this launcher was installed
+// into, if any: the directory above the one that holds the executable is
+// one when it has pyvenv.cfg or conda-meta/. Empty otherwise (a build tree,
+// /usr/bin).
+std::filesystem::path own_environment_python() {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return {};
+  const auto bin = exe.parent_path();
+  const auto root = bin.parent_path();
+  if (!std::filesystem::exists(root / "pyvenv.cfg", ec) &&
+      !std::filesystem::is_directory(root / "conda-meta", ec)) {
+    return {};
+  }
+  for (const char* name : {"python3", "python"}) {
+    if (::access((bin / name).c_str(), X_OK) == 0) return bin / name;
+  }
+  return {};
+}
+
 // torchrun runs workers with its own interpreter (sys.executable) unless
-// PYTHON_EXEC says otherwise; a native launcher has none, so it takes the
-// python3 (then python) that PATH finds, which in an activated venv or conda
-// env is that environment's.
+// PYTHON_EXEC says otherwise. Ours, in that order: PYTHON_EXEC; the
+// interpreter of the environment elasticrun was installed into (pip
+// install into a venv: called by its path, unactivated, it still runs that
+// venv's Python, as torchrun would); the python3 (then python) that PATH
+// finds, which in an activated venv or conda env is that environment's.
 std::string python_executable(const Environment& env) {
   auto exec = env.find("PYTHON_EXEC");
   if (exec != env.end() && !exec->second.empty()) return exec->second;
+  if (auto own = own_environment_python(); !own.empty()) return own.string();
   for (const char* name : {"python3", "python"}) {
     std::string p = find_in_path(name, env);
     if (!p.empty()) return p;

@@ -442,6 +442,12 @@ std::string help_text() {
        "it untouched, flags included.",
        0, 0);
   out += "\n\n";
+  wrap(out,
+       "Python workers run with PYTHON_EXEC when it is set; else with the python of the venv or "
+       "conda environment elasticrun is installed in (as torchrun runs its own); else with the "
+       "python3 (then python) found on PATH.",
+       0, 0);
+  out += "\n\n";
   std::string_view intro =
       "Flags take --flag VALUE or --flag=VALUE, and both spellings (--nproc-per-node, "
       "--nproc_per_node). A flag that is not given is read from PET_<NAME> in the environment "
