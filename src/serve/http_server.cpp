@@ -5,7 +5,12 @@
 
 #include <charconv>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
 #include <optional>
+#include <vector>
 
 #include "elasticrun/errors.hpp"
 
@@ -16,6 +21,57 @@ namespace {
 // threads to every agent of a large job.
 constexpr size_t kWorkers = 2;
 constexpr time_t kIoTimeoutS = 10;
+
+// httplib's ThreadPool with its threads started at the first requests, not
+// with the server: an agent that nobody scrapes (and every agent's start
+// and end) pays for the listener's thread only.
+class LazyPool final : public httplib::TaskQueue {
+ public:
+  explicit LazyPool(size_t max_threads) : max_threads_(max_threads) {}
+  ~LazyPool() override = default;
+
+  void enqueue(std::function<void()> fn) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(std::move(fn));
+    if (idle_ < jobs_.size() && threads_.size() < max_threads_) {
+      threads_.emplace_back([this] { work(); });
+    }
+    cv_.notify_one();
+  }
+
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();  // only the listener enqueues, and it has stopped
+  }
+
+ private:
+  void work() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      ++idle_;
+      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      --idle_;
+      if (jobs_.empty()) return;  // stopping_, and nothing is left to answer
+      auto fn = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      fn();
+      lock.lock();
+    }
+  }
+
+  const size_t max_threads_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> threads_;
+  size_t idle_ = 0;  // threads waiting for a job
+  bool stopping_ = false;
+};
 
 void reply(httplib::Response& res, int status, const nlohmann::json& body) {
   res.status = status;
@@ -110,7 +166,7 @@ void route(httplib::Server& s, const std::string& path, const char* method,
 HttpServer::HttpServer(const ServerOptions& options, AgentMetrics* metrics, JobControl* control)
     : server_(std::make_unique<httplib::Server>()), host_(options.host) {
   auto& s = *server_;
-  s.new_task_queue = [] { return new httplib::ThreadPool(kWorkers); };
+  s.new_task_queue = [] { return new LazyPool(kWorkers); };
   s.set_payload_max_length(kMaxBody);
   // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a
   // second agent would bind the same port and share its requests.

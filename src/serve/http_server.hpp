@@ -1,7 +1,8 @@
 // The agent's HTTP server (docs/api.md): the Prometheus text format on
 // GET /metrics, and the control API: GET /status, POST /scale, POST
-// /release, POST /drain. cpp-httplib on a thread of its own with two
-// workers; a request never runs on the agent's loop. Bad requests get a
+// /release, POST /drain. cpp-httplib on a thread of its own with up to two
+// workers, started at the first requests; a request never runs on the
+// agent's loop. Bad requests get a
 // 4xx and a JSON body {"error": "..."} and change nothing; bodies over
 // kMaxBody bytes get 413 before they are read whole.
 //

@@ -181,3 +181,24 @@ TEST_CASE("a port in use is an error naming it", "[serve]") {
   REQUIRE(res);
   CHECK(res->status == 404);
 }
+
+TEST_CASE("two clients that keep their connections open are answered at once", "[serve]") {
+  // Each kept-alive connection holds one of the server's two workers, which
+  // start at the first requests: the second client must not wait for the
+  // first to hang up.
+  AgentMetrics metrics("job", "h1", 1);
+  HttpServer server({"127.0.0.1", 0}, &metrics, nullptr);
+  httplib::Client a("127.0.0.1", server.port());
+  httplib::Client b("127.0.0.1", server.port());
+  for (auto* c : {&a, &b}) {
+    c->set_keep_alive(true);
+    c->set_read_timeout(5, 0);
+  }
+  for (int round = 0; round < 3; ++round) {
+    for (auto* c : {&a, &b}) {
+      auto res = c->Get("/metrics");
+      REQUIRE(res);
+      CHECK(res->status == 200);
+    }
+  }
+}
