@@ -9,13 +9,14 @@
 
 #include "elasticctl/commands.hpp"
 #include "elasticrun/errors.hpp"
+#include "elasticrun/version.hpp"
 #include "util/logging.hpp"
 
 int main(int argc, char** argv) {
   using namespace elasticrun;
   CLI::App app{"elasticctl: control and support commands for elasticrun jobs"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "elasticctl 0.1.0");
+  app.set_version_flag("--version", "elasticctl " ELASTICRUN_VERSION);
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(

@@ -27,10 +27,24 @@ torch_cmake=$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_
 cmake -S . -B build/torch-examples -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_cmake" -DELASTICRUN_WITH_TORCH=ON \
   -DELASTICRUN_BUILD_TESTS=OFF -DELASTICRUN_BUILD_BENCH=OFF >/dev/null
-cmake --build build/torch-examples -j "$jobs" --target allreduce_worker train_elastic ckpt_tool
+cmake --build build/torch-examples -j "$jobs" --target allreduce_worker train_elastic ckpt_tool \
+  elasticrun_sdk elasticrun_ckpt elasticrun_store
+# The C++ SDK as `cmake --install` puts it (test_install.py builds a
+# find_package consumer against it).
+rm -rf build/install
+cmake --install build/torch-examples --component sdk --prefix build/install >/dev/null
+export ELASTICRUN_INSTALL_PREFIX=$PWD/build/install
 export CPP_ALLREDUCE_WORKER=$PWD/build/torch-examples/examples/cpp/allreduce_worker
 export CPP_TRAIN_ELASTIC=$PWD/build/torch-examples/examples/cpp/train_elastic
 export CPP_CKPT_TOOL=$PWD/build/torch-examples/ckpt_tool
+
+# The wheel, as `pip install .` builds it (test_wheel.py installs it into a
+# fresh venv); scikit-build-core comes from the venv, so nothing is fetched.
+rm -rf build/wheel/dist
+.venv/bin/python -m pip wheel . -q --no-build-isolation --no-deps --disable-pip-version-check \
+  -w build/wheel/dist -Cbuild-dir=build/wheel/build
+ELASTICRUN_WHEEL=$(ls build/wheel/dist/elasticrun-*.whl)
+export ELASTICRUN_WHEEL
 
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs"

@@ -68,7 +68,28 @@ from .batch import (
     plan_batches,
 )
 
-__version__ = "0.1.0"
+
+
+def _version() -> str:
+    """The project's one version, CMakeLists.txt's project(): written into
+    _version.py by the wheel's build; read from the source tree otherwise."""
+    try:
+        from ._version import VERSION
+
+        return VERSION
+    except ImportError:
+        pass
+    import re
+
+    try:
+        with open(os.path.join(os.path.dirname(__file__), "..", "..", "CMakeLists.txt")) as f:
+            m = re.search(r"project\(elasticrun VERSION ([0-9][0-9.]*)", f.read())
+        return m.group(1) if m else "unknown"
+    except OSError:
+        return "unknown"
+
+
+__version__ = _version()
 
 __all__ = [
     "attach",

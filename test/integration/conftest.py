@@ -38,6 +38,15 @@ STOP_TIMEOUT_S = 30
 LISTEN_RE = re.compile(rb"listening on (\S+):(\d+)\s*$", re.MULTILINE)
 
 
+def project_version() -> str:
+    """The project's version (CMakeLists.txt's project()), as the Python SDK
+    reads it in a source tree."""
+    out = subprocess.run([sys.executable, "-c", "import elasticrun; print(elasticrun.__version__)"],
+                         env={**os.environ, "PYTHONPATH": str(REPO / "python")},
+                         check=True, capture_output=True, text=True, timeout=60)
+    return out.stdout.strip()
+
+
 def _binary(env_var: str, default: str) -> Path:
     path = Path(os.environ.get(env_var) or REPO / default)
     if not path.is_absolute():

@@ -1,0 +1,120 @@
+"""The wheel (`pip install .`, pyproject.toml) installed into a fresh venv, as
+a user gets it: elasticrun and elasticctl on the venv's PATH, `import
+elasticrun` from the venv, one version everywhere, binaries that need
+nothing of this machine beyond the C and C++ runtimes (ldd), and a 2-worker
+torch job launched by the venv's elasticrun called by its path, without
+activating the venv.
+
+scripts/test.sh builds the wheel and exports $ELASTICRUN_WHEEL; unset, these
+tests skip (except under CI). The fresh venv gets torch by a .pth line to
+the development venv's site-packages, after its own: a second copy of
+PyTorch would be a download of gigabytes, and what is tested is ours.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from conftest import project_version
+from launcher_fixtures import RUN_TIMEOUT_S, launcher_env, marker  # noqa: F401 (fixture)
+
+# What every Linux with a Python has: the C and C++ runtimes and the loader.
+RUNTIME = re.compile(r"^(linux-vdso|ld-linux[-\w.]*|libc|libm|libmvec|libpthread|libdl|librt|"
+                     r"libresolv|libstdc\+\+|libgcc_s)\.so")
+# Writes what it saw to <dir>/rank<R>.
+TRAIN = """\
+import os, sys
+import torch
+import torch.distributed as dist
+import elasticrun
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+with open(os.path.join(sys.argv[1], f"rank{dist.get_rank()}"), "w") as f:
+    f.write(f"sum {t.item():.0f} sdk {elasticrun.__file__} python {sys.executable}")
+dist.destroy_process_group()
+"""
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory) -> Path:
+    wheel = os.environ.get("ELASTICRUN_WHEEL")
+    if not wheel:
+        reason = "ELASTICRUN_WHEEL is not set (scripts/test.sh builds the wheel and sets it)"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason}; CI is set, so the wheel must be tested", pytrace=False)
+        pytest.skip(reason)
+    root = tmp_path_factory.mktemp("wheel") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", root], check=True)
+    # The development venv's pip installs into the fresh one (no index: the
+    # wheel needs nothing else).
+    subprocess.run([sys.executable, "-m", "pip", "--python", root / "bin" / "python", "install",
+                    "-q", "--no-index", "--no-deps", "--disable-pip-version-check", wheel],
+                   check=True)
+    site = Path(subprocess.run([root / "bin" / "python", "-c",
+                                "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / "zz_development_torch.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return root
+
+
+def bare_env(marker, tmp: Path) -> dict:  # noqa: F811
+    """No venv on PATH, no source tree on PYTHONPATH."""
+    return launcher_env(marker, tmp, PATH="/usr/bin:/bin", PYTHONPATH=None)
+
+
+def test_the_commands_and_the_sdk_come_from_the_fresh_venv_with_one_version(venv, tmp_path,
+                                                                            marker):  # noqa: F811
+    env = bare_env(marker, tmp_path)
+    version = project_version()
+    ctl = subprocess.run([venv / "bin" / "elasticctl", "--version"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert ctl.stdout.strip() == f"elasticctl {version}", ctl
+    run = subprocess.run([venv / "bin" / "elasticrun", "--help"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 0 and "usage: elasticrun" in run.stdout, run
+    sdk = subprocess.run([venv / "bin" / "python", "-c",
+                          "import elasticrun; print(elasticrun.__version__, elasticrun.__file__)"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    got_version, where = sdk.stdout.split()
+    assert got_version == version, sdk
+    assert Path(where).is_relative_to(venv), sdk
+
+
+def test_the_installed_binaries_need_only_the_c_and_cpp_runtimes_of_this_machine(venv):
+    bundled = venv / "lib" / "elasticrun"
+    for name in ("elasticrun", "elasticctl"):
+        out = subprocess.run(["ldd", venv / "bin" / name], check=True, capture_output=True,
+                             text=True).stdout
+        assert "not found" not in out, out
+        for line in out.splitlines():
+            lib = line.split()[0]
+            m = re.search(r"=> (\S+)", line)
+            path = Path(os.path.normpath(m.group(1))) if m else None
+            if RUNTIME.match(Path(lib).name):
+                continue
+            assert path is not None and path.is_relative_to(bundled), f"{name}: {line.strip()}"
+
+
+def test_a_two_worker_torch_job_runs_from_the_venv_called_by_its_path(venv, tmp_path,
+                                                                     marker):  # noqa: F811
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    env = bare_env(marker, tmp_path / "tmp")
+    env["OMP_NUM_THREADS"] = "1"
+    proc = subprocess.run([venv / "bin" / "elasticrun", "--standalone", "--nproc-per-node", "2",
+                           script, tmp_path], env=env, capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for rank in (0, 1):
+        seen = (tmp_path / f"rank{rank}").read_text()
+        # The venv's own interpreter and SDK, though neither is on PATH.
+        assert seen.startswith(f"sum 3 sdk {venv}"), seen
+        assert seen.endswith(f"python {venv / 'bin' / 'python3'}"), seen
