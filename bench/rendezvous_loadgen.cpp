@@ -61,6 +61,7 @@
 #include "rendezvous/rendezvous.hpp"
 #include "store/server.hpp"
 #include "util/logging.hpp"
+#include "util/quiet_thread.hpp"
 
 namespace {
 
@@ -216,7 +217,7 @@ class LocalStore {
     o.port = 0;
     server_ = std::make_unique<elasticrun::store::Server>(o);
     server_->bind();
-    thread_ = rdzv::start_quiet_thread([this] {
+    thread_ = elasticrun::util::start_quiet_thread([this] {
       tid_.store(static_cast<int>(gettid()));
       server_->run();
     });
@@ -324,7 +325,7 @@ void run_once(const Options& opt, int run) {
   const double server_cpu_before = local ? local->cpu_seconds() : 0;
   t0 = Clock::now();
   gate.count_down();
-  std::thread pump = rdzv::start_quiet_thread([&] {
+  std::thread pump = elasticrun::util::start_quiet_thread([&] {
     try {
       elasticrun::StoreClientOptions co;
       co.key_prefix = rdzv::keys::prefix(run_id);

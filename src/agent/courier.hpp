@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "rendezvous/heartbeat.hpp"
+#include "util/quiet_thread.hpp"
 
 namespace elasticrun::agent {
 
@@ -27,7 +28,7 @@ class Courier {
   using Errand = std::function<void(Connection&)>;
 
   explicit Courier(std::unique_ptr<Connection> connection) : connection_(std::move(connection)) {
-    thread_ = rendezvous::start_quiet_thread([this] { run(); });
+    thread_ = util::start_quiet_thread([this] { run(); });
   }
   ~Courier() {
     {

@@ -1,6 +1,5 @@
 #include "agent/embedded_store.hpp"
-
-#include <csignal>
+#include "util/quiet_thread.hpp"
 
 namespace elasticrun::agent {
 
@@ -10,13 +9,8 @@ EmbeddedStore::EmbeddedStore(const std::string& host, int port) {
   options.port = static_cast<uint16_t>(port);
   server_ = std::make_unique<store::Server>(options);
   server_->bind();
-  // The store thread must never take the agent's signals: they are the
-  // agent loop's (SIGCHLD, forwarded signals). Block them all in the thread.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  thread_ = std::thread([this] { server_->run(); });
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  // The agent loop's signals are not the store thread's (util/quiet_thread).
+  thread_ = util::start_quiet_thread([this] { server_->run(); });
 }
 
 EmbeddedStore::~EmbeddedStore() {

@@ -11,6 +11,7 @@
 #include "elasticrun/errors.hpp"
 #include "rendezvous/heartbeat.hpp"
 #include "util/logging.hpp"
+#include "util/quiet_thread.hpp"
 
 namespace elasticrun::agent {
 namespace {
@@ -82,7 +83,7 @@ GpuWatch::GpuWatch(std::unique_ptr<GpuSource> source, std::vector<health::GpuDev
   shared_->source = std::move(source);
   shared_->interval = interval;
   shared_->pending.push_back(std::move(first));
-  thread_ = rendezvous::start_quiet_thread([shared = shared_] { run(shared); });
+  thread_ = util::start_quiet_thread([shared = shared_] { run(shared); });
 }
 
 GpuWatch::~GpuWatch() {

@@ -11,6 +11,7 @@
 #include "ctl/job_status.hpp"
 #include "elasticrun/errors.hpp"
 #include "events/types.hpp"
+#include "util/quiet_thread.hpp"
 
 namespace elasticrun::agent {
 namespace {
@@ -122,7 +123,7 @@ nlohmann::json AgentJobControl::drain() {
   // on its way: a node waiting as a spare has no handler, and ends at once.
   std::lock_guard<std::mutex> lock(mu_);
   if (!drainer_.joinable()) {
-    drainer_ = std::thread([] {
+    drainer_ = util::start_quiet_thread([] {
       std::this_thread::sleep_for(kDrainDelay);
       ::kill(::getpid(), SIGTERM);
     });

@@ -4,6 +4,7 @@
 
 #include "elasticrun/errors.hpp"
 #include "util/logging.hpp"
+#include "util/quiet_thread.hpp"
 
 namespace elasticrun::agent {
 namespace {
@@ -99,7 +100,7 @@ health::RestartDecision StaticRestarts::decision(int attempt) {
 StaticRestarts::Watch::Watch(const StaticRestarts& owner, int attempt, Inbox& inbox) {
   // A connection of its own: the agent's main thread uses the owner's meanwhile.
   auto client = std::make_shared<StoreClient>(owner.connect());
-  thread_ = rendezvous::start_quiet_thread([this, client, attempt, &inbox] {
+  thread_ = util::start_quiet_thread([this, client, attempt, &inbox] {
     const std::string key = attempt_key(attempt, "restart");
     while (!done_.load()) {
       try {

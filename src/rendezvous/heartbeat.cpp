@@ -1,19 +1,9 @@
 #include "rendezvous/heartbeat.hpp"
 
-#include <csignal>
-
 #include "util/logging.hpp"
+#include "util/quiet_thread.hpp"
 
 namespace elasticrun::rendezvous {
-
-std::thread start_quiet_thread(std::function<void()> f) {
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  std::thread t(std::move(f));
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  return t;
-}
 
 namespace {
 StoreClient connect_for(const RendezvousConfig& c, std::chrono::milliseconds connect_timeout) {
@@ -29,7 +19,7 @@ StoreClient connect_for(const RendezvousConfig& c, std::chrono::milliseconds con
 Heartbeat::Heartbeat(const RendezvousConfig& config, const BeatProgress* progress)
     : config_(config), progress_(progress), client_(connect_for(config_, config_.store_timeout)) {
   client_.set(keys::heartbeat(config_.node_id), beat());
-  thread_ = start_quiet_thread([this] { run(); });
+  thread_ = util::start_quiet_thread([this] { run(); });
 }
 
 Heartbeat::~Heartbeat() {

@@ -66,8 +66,4 @@ int64_t now_unix_ms();
 // True when the beat is older than `limit` (or not a time at all).
 bool heartbeat_stale(const std::string& beat, int64_t now_ms, std::chrono::milliseconds limit);
 
-// Runs f on a new thread that blocks every signal: the agent's loop owns
-// signals, and a helper thread must never take one.
-std::thread start_quiet_thread(std::function<void()> f);
-
 }  // namespace elasticrun::rendezvous

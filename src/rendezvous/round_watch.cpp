@@ -4,6 +4,7 @@
 
 #include "events/types.hpp"
 #include "util/logging.hpp"
+#include "util/quiet_thread.hpp"
 
 namespace elasticrun::rendezvous {
 namespace {
@@ -60,7 +61,7 @@ RoundWatch::RoundWatch(const RendezvousConfig& config, WatchOptions options,
       listener_(listener),
       rdzv_(std::make_unique<Rendezvous>(config)),
       straggler_(config.straggler) {
-  thread_ = start_quiet_thread([this] { run(); });
+  thread_ = util::start_quiet_thread([this] { run(); });
 }
 
 RoundWatch::~RoundWatch() {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "elasticrun/errors.hpp"
+#include "util/quiet_thread.hpp"
 
 namespace elasticrun::serve {
 namespace {
@@ -232,7 +233,8 @@ HttpServer::HttpServer(const ServerOptions& options, AgentMetrics* metrics, JobC
   }
   // The socket listens already (bind does): a request that comes before
   // the loop runs waits in the backlog.
-  thread_ = std::thread([this] {
+  // Its workers start from it and inherit the quiet mask (util/quiet_thread).
+  thread_ = util::start_quiet_thread([this] {
     server_->listen_after_bind();
     loop_ended_ = true;
   });
