@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include "elasticrun/errors.hpp"
 #include "events/event.hpp"
 #include "util/logging.hpp"
+#include "util/quiet_thread.hpp"
 
 namespace elasticrun::events {
 namespace {
@@ -53,7 +55,7 @@ EventLog::EventLog(LogOptions options, std::vector<EventObserver*> observers)
       throw Error("cannot open the event log " + options_.path + ": " + std::strerror(errno));
     }
   }
-  if (fd_ >= 0 || options_.console) writer_ = std::thread([this] { write_lines(); });
+  if (fd_ >= 0 || options_.console) writer_ = util::start_quiet_thread([this] { write_lines(); });
 }
 
 EventLog::~EventLog() {
@@ -80,15 +82,19 @@ void EventLog::record(std::string_view type, nlohmann::json fields) {
   e.host = options_.host;
   e.type = std::string(type);
   e.fields = std::move(fields);
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     // Taken under the lock, so that seq, time and file order agree.
     e.seq = next_seq_++;
     e.wall_ms = wall_milliseconds();
     e.mono_s = monotonic_seconds();
-    if (writer_.joinable()) pending_.push_back(format_line(e) + "\n");
+    if (writer_.joinable()) {
+      pending_.push_back(format_line(e) + "\n");
+      wake = pending_.size() == 1;  // else the writer is gathering already
+    }
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
   for (EventObserver* o : observers_) o->on_event(e);
 }
 
@@ -96,6 +102,8 @@ void EventLog::flush() {
   if (!writer_.joinable()) return;
   std::unique_lock<std::mutex> lock(mu_);
   const int64_t target = next_seq_;
+  flush_to_ = std::max(flush_to_, target);
+  cv_.notify_all();
   cv_.wait(lock, [&] { return written_seq_ >= target; });
 }
 
@@ -104,6 +112,8 @@ void EventLog::write_lines() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+    // What else comes within the delay goes in the same write.
+    cv_.wait_for(lock, kWriteDelay, [&] { return stop_ || flush_to_ > written_seq_; });
     if (pending_.empty()) return;  // stop_, and everything is written
     std::deque<std::string> batch;
     batch.swap(pending_);

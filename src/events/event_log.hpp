@@ -3,10 +3,15 @@
 // (torchrun's --event-log-handler console). Any thread may record; the
 // line is formatted on the caller's thread and written by the log's own,
 // so a slow disk never holds up the supervision loop or a store watch.
+// The writer gathers what is recorded within kWriteDelay of a first line
+// and writes it at once: a burst (an agent's start, a round's end) costs
+// one wake of its thread, not one per line. Every line is written by
+// flush() and by the log's end.
 // A write error is logged once and the job goes on: the event log never
 // fails a job.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -20,6 +25,9 @@
 #include "events/event.hpp"
 
 namespace elasticrun::events {
+
+// How long a line may wait for others before it is written.
+inline constexpr std::chrono::milliseconds kWriteDelay{50};
 
 // Hears every event as it is recorded (the agent's metrics): on the
 // recording thread, after the line is queued; it must not block.
@@ -71,6 +79,7 @@ class EventLog {
   std::deque<std::string> pending_;  // formatted lines, each ending in '\n'
   int64_t next_seq_ = 0;
   int64_t written_seq_ = 0;  // lines written so far (flush waits on it)
+  int64_t flush_to_ = 0;     // a flush() waits for the lines before this
   bool stop_ = false;
   std::thread writer_;
 };
