@@ -1,4 +1,5 @@
 #include "agent/embedded_store.hpp"
+
 #include "util/quiet_thread.hpp"
 
 namespace elasticrun::agent {
