@@ -9,8 +9,12 @@ root after a release build:
 
 "on" is `--event-log FILE --metrics-port 0` (the log written to a file on
 the benchmark's temporary directory, the server bound and serving); "off"
-is neither. Measured as launcher_bench.py measures them, the two
-alternating run by run so that a change in the machine's load hits both:
+is neither. Measured as launcher_bench.py measures them, in pairs of one
+run of each, in an order drawn per pair, so that a change in the
+machine's load hits both and neither always follows the other (a restart
+run leaves its killed workers' cleanup behind: launches and restarts are
+measured in loops of their own). The median of the pairs' differences is
+printed beside the ratio of medians:
 - launch: `--standalone --nproc-per-node 8 --no-python /bin/true`, start to
   exit;
 - restart: 8 native workers, --max-restarts 1, from SIGKILL of local rank 3
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -55,11 +60,14 @@ def main() -> int:
         modes = {"off": [args.elasticrun],
                  "on": [args.elasticrun, "--event-log", str(events), "--metrics-port", "0"]}
         res: dict[tuple[str, str], list[float]] = {}
-        for _ in range(args.runs):
-            for mode, cmd in modes.items():
-                res.setdefault((mode, "launch"), []).append(launch_time(cmd, env))
-                res.setdefault((mode, "restart"), []).append(
-                    restart_latency(cmd, env, tmp, worker))
+        measures = {"launch": lambda cmd: launch_time(cmd, env),
+                    "restart": lambda cmd: restart_latency(cmd, env, tmp, worker)}
+        for what, measure in measures.items():
+            for _ in range(args.runs):
+                order = list(modes)
+                random.shuffle(order)
+                for mode in order:
+                    res.setdefault((mode, what), []).append(measure(modes[mode]))
         lines = events.read_text().splitlines()
     med = {k: statistics.median(v) for k, v in res.items()}
     rows = []
@@ -67,10 +75,12 @@ def main() -> int:
                         ("restart", "restart, 8 native workers (SIGKILL to all 8 running)")):
         off, on = med[("off", what)], med[("on", what)]
         rows.append(f"| {label} | {off * 1e3:.1f} ms | {on * 1e3:.1f} ms | {on / off:.3f} |")
-        print(f"{what:8s} off {off * 1e3:7.1f} ms  on {on * 1e3:7.1f} ms  ratio {on / off:.3f}")
+        diff = statistics.median(a - b for a, b in zip(res[("on", what)], res[("off", what)]))
+        print(f"{what:8s} off {off * 1e3:7.1f} ms  on {on * 1e3:7.1f} ms  ratio {on / off:.3f}"
+              f"  paired difference {diff * 1e3:+.2f} ms")
     body = "\n".join([
         "Event log and HTTP server on (`--event-log FILE --metrics-port 0`) against both off; "
-        f"medians of {args.runs} runs each, alternating, on {source_state()} "
+        f"medians of {args.runs} runs each, in pairs of random order, on {source_state()} "
         f"({cpu_model()}, {os.cpu_count()} CPUs; {len(lines)} event lines written in all).",
         "",
         "| measure | off | on | on / off |",
