@@ -321,18 +321,34 @@ def signal_received() -> bool:
 def elastic_event_detected(step: Optional[int] = None) -> bool:
     """True when this rank should stop now: an event is pending, its stop
     step is agreed, and step (default: the last one given to step()) has
-    reached it. Without a control file, see the module docstring."""
+    reached it. A rank that never gave a step stops on the event's SIGUSR1
+    (all ranks agreeing on it under HYPERPOD_SIGNAL_COORDINATION=distributed,
+    as hyperpodrun's scripts expect). Without a control file, see the
+    module docstring."""
     session = _get()
     block = session.open_block()
-    if block is not None and not block.fixed:
+    current = session.last_step if step is None else step
+    if block is not None and not block.fixed and current is not None:
         event = block.event()
         if not event.pending or event.stop_step < 0:
             return False
-        current = session.last_step if step is None else step
-        return current is not None and current >= event.stop_step
+        return current >= event.stop_step
+    if block is not None and not block.fixed:
+        # A script that tells no step (hyperpodrun's contract, as in
+        # hyperpod_elastic_agent's scripts): the scale event's SIGUSR1 is
+        # the event, agreed across ranks as hyperpodrun agrees it.
+        return _signalled(session)
     if os.environ.get(COORDINATION_ENV) == "distributed":
         return _all_ranks_max(session.signalled)
     return False
+
+
+def _signalled(session: "_Session") -> bool:
+    """Whether this rank received SIGUSR1; with
+    HYPERPOD_SIGNAL_COORDINATION=distributed, whether any rank did."""
+    if os.environ.get(COORDINATION_ENV) == "distributed":
+        return _all_ranks_max(session.signalled)
+    return session.signalled
 
 
 def _all_ranks_max(flag: bool) -> bool:

@@ -69,8 +69,8 @@ class Job:
         self.worker_args = ["--dir", self.dir] if worker_args is None else worker_args
 
     def start_agent(self, n: int, *flags: str) -> Proc:
-        env = launcher_env(self.marker, self.tmp_path / "tmp", OMP_NUM_THREADS="1",
-                           PYTHONPATH=str(PYTHON_SDK), **self.env)
+        env = launcher_env(self.marker, self.tmp_path / "tmp",
+                           **{"OMP_NUM_THREADS": "1", "PYTHONPATH": str(PYTHON_SDK), **self.env})
         args = [*self.exec_prefix(n), self.elasticrun, "--nnodes", self.nnodes,
                 "--nproc-per-node", "1", "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", self.endpoint, "--rdzv-id", self.run_id,

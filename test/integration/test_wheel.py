@@ -13,8 +13,10 @@ PyTorch would be a download of gigabytes, and what is tested is ours.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -22,8 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import project_version
-from launcher_fixtures import RUN_TIMEOUT_S, launcher_env, marker  # noqa: F401 (fixture)
+from conftest import REPO, WORKERS, elasticctl, project_version  # noqa: F401 (fixture)
+from elastic_job import GEN_TIMEOUT_S, Job, store  # noqa: F401 (fixture)
+from launcher_fixtures import RUN_TIMEOUT_S, launcher_env, marker, wait_for  # noqa: F401
+
+HYPERPOD_SCRIPT = WORKERS / "hyperpod_style_train.py"
 
 # What every Linux with a Python has: the C and C++ runtimes and the loader.
 RUNTIME = re.compile(r"^(linux-vdso|ld-linux[-\w.]*|libc|libm|libmvec|libpthread|libdl|librt|"
@@ -118,3 +123,94 @@ def test_a_two_worker_torch_job_runs_from_the_venv_called_by_its_path(venv, tmp_
         # The venv's own interpreter and SDK, though neither is on PATH.
         assert seen.startswith(f"sum 3 sdk {venv}"), seen
         assert seen.endswith(f"python {venv / 'bin' / 'python3'}"), seen
+
+
+# --- hyperpodrun's scripts, unchanged (python/hyperpod_compat) ---------------
+
+
+@pytest.fixture(scope="module")
+def hyperpod_venv(venv, tmp_path_factory) -> Path:
+    """The fresh venv with elasticrun-hyperpod installed too, built here
+    (nothing is compiled: seconds)."""
+    dist = tmp_path_factory.mktemp("hyperpod-wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation",
+                    "--no-deps", "--disable-pip-version-check", "-w", dist,
+                    REPO / "python" / "hyperpod_compat"], check=True, timeout=300)
+    [wheel] = dist.glob("elasticrun_hyperpod-*.whl")
+    subprocess.run([sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install",
+                    "-q", "--no-index", "--no-deps", "--disable-pip-version-check", wheel],
+                   check=True)
+    return venv
+
+
+def site_packages(venv: Path) -> Path:
+    return Path(subprocess.run([venv / "bin" / "python", "-c",
+                                "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+
+
+def imported_from(venv: Path, tmp_path: Path, marker) -> str:  # noqa: F811
+    out = subprocess.run(
+        [venv / "bin" / "python", "-c",
+         "import hyperpod_elastic_agent.elastic_event_handler as h; print(h.__file__)"],
+        env=bare_env(marker, tmp_path), check=True, capture_output=True, text=True, timeout=60)
+    return out.stdout.strip()
+
+
+def test_the_hyperpod_module_comes_from_the_add_on_and_never_shadows_the_real_one(
+        hyperpod_venv, tmp_path, marker):  # noqa: F811
+    site = site_packages(hyperpod_venv)
+    ours = imported_from(hyperpod_venv, tmp_path, marker)
+    assert Path(ours).is_relative_to(site / "elasticrun_hyperpod"), ours
+    # AWS's package installed beside it (a stand-in with its module names):
+    # that one is imported, ours stays unused.
+    real = site / "hyperpod_elastic_agent"
+    real.mkdir()
+    try:
+        (real / "__init__.py").write_text("")
+        (real / "elastic_event_handler.py").write_text("def elastic_event_detected():\n"
+                                                       "    return False\n")
+        assert imported_from(hyperpod_venv, tmp_path, marker) == str(
+            real / "elastic_event_handler.py")
+    finally:
+        shutil.rmtree(real)
+
+
+def test_a_hyperpod_style_script_runs_unchanged_under_hyperpodrun_and_resumes_after_a_grow(
+        hyperpod_venv, procs, tmp_path, marker, store):  # noqa: F811
+    """hyperpodrun (the add-on's name for the venv's elasticrun), a job of
+    1..2 nodes: one node trains; a second joins; the script's
+    elastic_event_detected() turns the scale event into a DCP save and a
+    return; both nodes resume from it at world size 2 and finish."""
+    steps = 150
+    log = tmp_path / "train.jsonl"
+    job = Job(procs, marker, hyperpod_venv / "bin" / "hyperpodrun", tmp_path, "1:2",
+              f"127.0.0.1:{store}", run_id="hyperpod-style", worker=HYPERPOD_SCRIPT,
+              worker_args=[tmp_path / "ckpt", log, str(steps)],
+              env={"PYTHONPATH": None, "PATH": "/usr/bin:/bin",
+                   "HYPERPOD_SIGNAL_COORDINATION": "distributed"})
+    job.start_agent(1)
+    wait_for(lambda: len(records(log, "step")) >= 5, "five steps at one node",
+             timeout=GEN_TIMEOUT_S, proc=job.agents[1])
+    job.start_agent(2)
+    for n in (1, 2):
+        assert job.agents[n].wait(GEN_TIMEOUT_S) == 0, job.agents[n].describe()
+    [saved] = records(log, "saved")
+    assert saved["world"] == 1
+    later = [e for e in records(log, "step") if e["world"] == 2]
+    assert min(e["step"] for e in later) == saved["step"], later[:2]
+    # Every step once at each size: none lost, none trained twice.
+    first = sorted(e["step"] for e in records(log, "step") if e["world"] == 1)
+    assert first == list(range(saved["step"])), first
+    for rank in (0, 1):
+        mine = sorted(e["step"] for e in later if e["rank"] == rank)
+        assert mine == list(range(saved["step"], steps)), (rank, mine[:3])
+    assert sorted(e["rank"] for e in records(log, "done")) == [0, 1]
+
+
+def records(log: Path, event: str) -> list[dict]:
+    if not log.exists():
+        return []
+    text = log.read_text()
+    return [e for e in (json.loads(l) for l in text[: text.rfind("\n") + 1].splitlines())
+            if e["event"] == event]
