@@ -70,7 +70,7 @@ from .batch import (
 
 
 
-def _version() -> str:
+def _read_version() -> str:
     """The project's one version, CMakeLists.txt's project(): written into
     _version.py by the wheel's build; read from the source tree otherwise."""
     try:
@@ -89,7 +89,7 @@ def _version() -> str:
         return "unknown"
 
 
-__version__ = _version()
+__version__ = _read_version()
 
 __all__ = [
     "attach",

@@ -71,8 +71,9 @@ class HandledSignals {
   void start(uv_loop_t* loop);
   // The attempt is over: a leave's fallback forward is not due any more.
   void cancel();
-  // The signal the run ends with (the first that stopped or took the node
-  // away); 0 when none.
+  // The signal the run ends with: the last that stopped the workers or
+  // took the node away (a signal forwarded during the grace does not
+  // replace it); 0 when none.
   int stop_signal() const { return stop_signal_; }
 
  private:

@@ -10,6 +10,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <vector>
 
 #include "elasticrun/errors.hpp"
@@ -32,11 +33,21 @@ class LazyPool final : public httplib::TaskQueue {
   ~LazyPool() override = default;
 
   void enqueue(std::function<void()> fn) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    jobs_.push_back(std::move(fn));
-    if (idle_ < jobs_.size() && threads_.size() < max_threads_) {
-      threads_.emplace_back([this] { work(); });
+    std::unique_lock<std::mutex> lock(mu_);
+    if (idle_ <= jobs_.size() && threads_.size() < max_threads_) {
+      try {
+        threads_.emplace_back([this] { work(); });
+      } catch (const std::system_error&) {
+        // Out of threads: a running worker takes it later; with none, the
+        // listener answers it itself rather than end the agent.
+        if (threads_.empty()) {
+          lock.unlock();
+          fn();
+          return;
+        }
+      }
     }
+    jobs_.push_back(std::move(fn));
     cv_.notify_one();
   }
 
