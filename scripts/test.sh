@@ -43,7 +43,7 @@ export CPP_CKPT_TOOL=$PWD/build/torch-examples/ckpt_tool
 rm -rf build/wheel/dist
 .venv/bin/python -m pip wheel . -q --no-build-isolation --no-deps --disable-pip-version-check \
   -w build/wheel/dist -Cbuild-dir=build/wheel/build
-ELASTICRUN_WHEEL=$(ls build/wheel/dist/elasticrun-*.whl)
+ELASTICRUN_WHEEL=$(ls "$PWD"/build/wheel/dist/elasticrun-*.whl)
 export ELASTICRUN_WHEEL
 
 cmake --preset asan >/dev/null
