@@ -26,7 +26,9 @@ from launcher_fixtures import (
 )
 
 WORKER = WORKERS / "survivor_worker.py"
-HANG_S = 2
+# Room for a worker that is slow to exit after its last step on a loaded
+# machine (a hang limit of 2 s once took that for a hang).
+HANG_S = 4
 # From the fault to the release: the fault's stack grace, the end record's
 # round trip, the SDK's poll. Far below gloo's 30 minutes, and generous for
 # a loaded 2-core machine.
