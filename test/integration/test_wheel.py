@@ -48,6 +48,14 @@ dist.destroy_process_group()
 """
 
 
+def pip_install(venv: Path, wheel) -> None:
+    """The development venv's pip installs `wheel` into `venv` (no index:
+    the wheels need nothing else)."""
+    subprocess.run([sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install",
+                    "-q", "--no-index", "--no-deps", "--disable-pip-version-check", wheel],
+                   check=True)
+
+
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
     wheel = os.environ.get("ELASTICRUN_WHEEL")
@@ -58,11 +66,7 @@ def venv(tmp_path_factory) -> Path:
         pytest.skip(reason)
     root = tmp_path_factory.mktemp("wheel") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", root], check=True)
-    # The development venv's pip installs into the fresh one (no index: the
-    # wheel needs nothing else).
-    subprocess.run([sys.executable, "-m", "pip", "--python", root / "bin" / "python", "install",
-                    "-q", "--no-index", "--no-deps", "--disable-pip-version-check", wheel],
-                   check=True)
+    pip_install(root, wheel)
     site = Path(subprocess.run([root / "bin" / "python", "-c",
                                 "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                check=True, capture_output=True, text=True).stdout.strip())
@@ -137,9 +141,7 @@ def hyperpod_venv(venv, tmp_path_factory) -> Path:
                     "--no-deps", "--disable-pip-version-check", "-w", dist,
                     REPO / "python" / "hyperpod_compat"], check=True, timeout=300)
     [wheel] = dist.glob("elasticrun_hyperpod-*.whl")
-    subprocess.run([sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install",
-                    "-q", "--no-index", "--no-deps", "--disable-pip-version-check", wheel],
-                   check=True)
+    pip_install(venv, wheel)
     return venv
 
 
