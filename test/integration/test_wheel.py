@@ -67,10 +67,7 @@ def venv(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("wheel") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", root], check=True)
     pip_install(root, wheel)
-    site = Path(subprocess.run([root / "bin" / "python", "-c",
-                                "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
-    (site / "zz_development_torch.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (site_packages(root) / "zz_development_torch.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return root
 
 
