@@ -7,6 +7,8 @@
 
 #include <vector>
 
+#include "util/host_name.hpp"
+
 namespace elasticrun::agent {
 namespace {
 
@@ -47,9 +49,7 @@ std::string resolve_numeric(const std::string& host) {
 
 bool is_local_address(const std::string& host) {
   if (host == "localhost") return true;
-  char name[256] = {};
-  ::gethostname(name, sizeof(name) - 1);
-  if (host == name) return true;
+  if (host == util::host_name()) return true;
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;

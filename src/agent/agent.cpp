@@ -19,6 +19,7 @@
 #include "supervisor/cgroup.hpp"
 #include "supervisor/death_watch.hpp"
 #include "supervisor/spawn.hpp"
+#include "util/host_name.hpp"
 #include "util/logging.hpp"
 
 namespace elasticrun::agent {
@@ -65,6 +66,13 @@ std::string control_path(const fs::path& run_dir) {
 }
 
 // What the event log says of this agent as it starts.
+// "15,2,1,3": signal numbers, as ELASTICRUN_LEAVE_SIGNALS carries them.
+std::string signal_list(const std::vector<int>& signals) {
+  std::string out;
+  for (int s : signals) out += (out.empty() ? "" : ",") + std::to_string(s);
+  return out;
+}
+
 nlohmann::json agent_start_fields(const AgentConfig& c) {
   return {{"run_id", c.dynamic ? c.rdzv.run_id : c.run_id},
           {"backend", c.dynamic      ? "c10d"
@@ -135,9 +143,7 @@ int run_node(const AgentConfig& config, events::EventLog& events, Serving& servi
   node.watch = &watch;
   node.job_cgroup = &job_cgroup;
   node.run_dir = make_run_dir(config);
-  char hostbuf[256] = {};
-  ::gethostname(hostbuf, sizeof(hostbuf) - 1);
-  node.host = hostbuf;
+  node.host = util::host_name();
   node.base = current_environment();
   for (const auto& [name, value] : config.worker_env) node.base[name] = value;
   node.cpu_sets = std::move(cpu_sets);
@@ -168,6 +174,11 @@ int run_node(const AgentConfig& config, events::EventLog& events, Serving& servi
     if (!config.dynamic) control->set_agent_flags(control::kAgentFixed);
     if (config.inprocess_restart) control->set_agent_flags(control::kAgentInprocess);
     node.base["ELASTICRUN_CONTROL_FILE"] = control->path();
+    // The signals this agent turns into a graceful leave: a worker that
+    // receives one too (SLURM signals every process of a step) waits for
+    // the agreed stop instead of dying (python/elasticrun, attach()).
+    if (config.dynamic)
+      node.base["ELASTICRUN_LEAVE_SIGNALS"] = signal_list(config.signals_to_handle);
     node.control = control.get();
     if (serving.control) serving.control->set_block(control.get());
   } else {

@@ -1,7 +1,5 @@
 #include "agent/failure_report.hpp"
 
-#include <netdb.h>
-#include <netinet/in.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +11,7 @@
 #include <sstream>
 
 #include "agent/attempt.hpp"
+#include "util/host_name.hpp"
 #include "util/signals.hpp"
 
 namespace elasticrun::agent {
@@ -25,33 +24,6 @@ constexpr const char* kNotAvailable = "<N/A>";
 std::string python_signal_name(int sig) {
   auto name = util::python_signal_name(sig);
   return name ? std::string(*name) : kNotAvailable;
-}
-
-// Python's socket.getfqdn(), which torchrun prints: the first of the name
-// and aliases that gethostbyaddr(gethostname()) returns containing a dot,
-// else that name, else the host name.
-std::string fqdn() {
-  char host[256] = {};
-  ::gethostname(host, sizeof(host) - 1);
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host, nullptr, &hints, &res) != 0 || res == nullptr) return host;
-  hostent* he = nullptr;
-  if (res->ai_family == AF_INET) {
-    const auto* a = reinterpret_cast<const sockaddr_in*>(res->ai_addr);
-    he = ::gethostbyaddr(&a->sin_addr, sizeof(a->sin_addr), AF_INET);
-  } else if (res->ai_family == AF_INET6) {
-    const auto* a = reinterpret_cast<const sockaddr_in6*>(res->ai_addr);
-    he = ::gethostbyaddr(&a->sin6_addr, sizeof(a->sin6_addr), AF_INET6);
-  }
-  ::freeaddrinfo(res);
-  if (he == nullptr || he->h_name == nullptr) return host;
-  if (std::strchr(he->h_name, '.')) return he->h_name;
-  for (char** alias = he->h_aliases; alias && *alias; ++alias) {
-    if (std::strchr(*alias, '.')) return *alias;
-  }
-  return he->h_name;
 }
 
 // Message and timestamp of one failure, read from its error file when the
@@ -215,7 +187,7 @@ std::string render(const FailureReport& r, const Selection& sel, int rank_offset
   const auto& failures = sel.failures;
   const auto& details = sel.details;
   if (failures.empty()) return {};
-  const std::string host = fqdn();
+  const std::string host = util::fqdn();
   const size_t root = sel.root;
   const std::string title = r.script_name + " FAILED";
   size_t width = title.size();

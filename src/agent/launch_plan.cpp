@@ -10,6 +10,7 @@
 #include "agent/cuda_devices.hpp"
 #include "cli/parse.hpp"
 #include "elasticrun/errors.hpp"
+#include "util/host_name.hpp"
 
 namespace elasticrun::agent {
 namespace {
@@ -149,9 +150,7 @@ void plan_dynamic(const cli::LaunchConfig& c, AgentConfig& a) {
   r.store_host = ep.host;
   r.store_port = ep.port;
   r.run_id = c.rdzv_id;
-  char name[256] = {};
-  ::gethostname(name, sizeof(name) - 1);
-  r.host = c.local_addr.value_or(name);
+  r.host = c.local_addr.value_or(util::host_name());
   r.node_id = r.host + "-" + std::to_string(::getpid()) + "-" + random_token();
   r.local_world_size = c.nproc_per_node;
   r.join_timeout = ms(conf_seconds(conf, "join_timeout", 600));
@@ -324,9 +323,7 @@ AgentConfig plan_agent(const cli::LaunchConfig& c, const Environment& env) {
     a.event_log.node_id = a.rdzv.node_id;
     a.event_log.host = a.rdzv.host;
   } else {
-    char name[256] = {};
-    ::gethostname(name, sizeof(name) - 1);
-    a.event_log.host = c.local_addr.value_or(name);
+    a.event_log.host = c.local_addr.value_or(util::host_name());
     a.event_log.node_id =
         a.event_log.host + "-" + std::to_string(::getpid()) + "-" + random_token();
   }

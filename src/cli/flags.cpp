@@ -169,7 +169,8 @@ const std::vector<FlagSpec> kFlags = {
      }},
     {Flag::kSignalsToHandle, "", "--signals-to-handle", kValue, kEnv, kTorch, "SIGNALS",
      "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
-     "Signals passed on to the workers; under SLURM add SIGUSR1,SIGUSR2.",
+     "Signals passed on to the workers (an elastic job's node leaves gracefully on the first); "
+     "an srun step adds SIGUSR1,SIGUSR2.",
      [](LaunchConfig& c, const Raw& r) {
        c.signals_to_handle = parse_signal_list(r.origin, r.text);
      }},
@@ -446,6 +447,12 @@ std::string help_text() {
        "Python workers run with PYTHON_EXEC when it is set; else with the python of the venv or "
        "conda environment elasticrun is installed in (as torchrun runs its own); else with the "
        "python3 (then python) found on PATH.",
+       0, 0);
+  out += "\n\n";
+  wrap(out,
+       "Under srun, SLURM's job id, task count and node list give the rendezvous (every task one "
+       "node); in a Kubernetes Indexed Job, the pod's JOB_COMPLETION_INDEX and DNS name do. "
+       "Flags and PET_ variables win; what was read is logged (docs/deploy.md).",
        0, 0);
   out += "\n\n";
   std::string_view intro =

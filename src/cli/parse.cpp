@@ -9,8 +9,10 @@
 #include "cli/flag_text.hpp"
 #include "cli/flags.hpp"
 #include "cli/job_config.hpp"
+#include "cli/scheduler_env.hpp"
 #include "cli/tokenize.hpp"
 #include "elasticrun/errors.hpp"
+#include "util/host_name.hpp"
 #include "util/strings.hpp"
 
 namespace elasticrun::cli {
@@ -225,6 +227,33 @@ void derive(LaunchConfig& c, const Given& g, const std::map<std::string, std::st
   derive_notes(c, g);
 }
 
+// What the scheduler's environment says goes where nothing else did; the
+// minimum and maximum replicas (a flag's or the config's) keep the range.
+// Returns the notes to print: what was read, once.
+std::vector<std::string> apply_scheduler(FlagValues& g, const JobConfig& file,
+                                         const SchedulerGuess& guess) {
+  std::vector<std::string> notes = guess.notes;
+  const bool range_given = given(g, Flag::kMinReplicas) || given(g, Flag::kMaxReplicas) ||
+                           file.min_replicas || file.max_replicas;
+  std::string applied;
+  for (const auto& [id, raw] : guess.values) {
+    auto& slot = g[static_cast<size_t>(id)];
+    const auto key = flag_spec(id).config_key;
+    if (slot || (id == Flag::kNnodes && range_given) ||
+        (!key.empty() && file.flag_settings.count(std::string(key)))) {
+      continue;
+    }
+    slot = raw;
+    applied += (applied.empty() ? "" : ", ") + std::string(flag_spec(id).long_name) + " " +
+               raw.text + " (" + raw.origin + ")";
+  }
+  if (!guess.endpoint_missing.empty() && !given(g, Flag::kRdzvEndpoint)) {
+    throw ConfigError(guess.endpoint_missing);
+  }
+  if (!applied.empty()) notes.push_back(guess.source + ": " + applied);
+  return notes;
+}
+
 }  // namespace
 
 LaunchConfig parse_launch_args(const std::vector<std::string>& args,
@@ -246,6 +275,8 @@ LaunchConfig parse_launch_args(const std::vector<std::string>& args,
   if (const auto& r = tokens.given[static_cast<size_t>(Flag::kConfig)]) {
     file = load_job_config(r->text);
   }
+  const std::vector<std::string> scheduler_notes =
+      apply_scheduler(tokens.given, file, guess_from_scheduler(env, tokens.given, util::fqdn));
   FlagValues settings = tokens.given;
   for (const auto& spec : flag_table()) {
     auto& slot = settings[static_cast<size_t>(spec.id)];
@@ -262,6 +293,7 @@ LaunchConfig parse_launch_args(const std::vector<std::string>& args,
   }
   // Before derive(): the range decides whether a static job is single-node.
   parse_elastic(c, tokens.given, std::move(file));
+  c.notes.insert(c.notes.begin(), scheduler_notes.begin(), scheduler_notes.end());
   c.training_script = std::move(*tokens.script);
   c.training_script_args = std::move(tokens.script_args);
   derive(c, tokens.given, env, cpu_count, gpu_count);
