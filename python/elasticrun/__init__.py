@@ -59,6 +59,7 @@ from ._control import (
     Slot,
     kind_name,
 )
+from ._leave import LeaveSignals
 from ._release import Releaser
 from .batch import (
     BatchPlan,
@@ -157,6 +158,7 @@ class _Session:
         self.sections: list[tuple[str, int]] = []  # open section() blocks, innermost last
         self.stack_file = None  # kept open: faulthandler writes to its descriptor
         self.releaser = None  # the thread that releases collectives after a failure
+        self.leave_signals: Optional[LeaveSignals] = None  # _leave.py
 
     def open_block(self) -> Optional[ControlBlock]:
         if self.block is None and self.control_file is not None:
@@ -194,7 +196,12 @@ def attach(release_collectives: bool = True) -> bool:
     another node), a thread releases this process's collectives (the NCCL
     abort; for gloo, its connections are shut down), so that a call blocked
     on a dead or stuck peer raises at once instead of after the process
-    group's timeout (_release.py)."""
+    group's timeout (_release.py).
+
+    In an elastic job it also handles the signals the agent turns into a
+    graceful leave (SIGTERM...): one that reaches this worker too, as
+    SLURM's scancel does, waits for the agreed stop instead of killing it
+    (_leave.py)."""
     session = _get()
     if not session.attached:
         # The handler first: once ATTACHED is visible the agent may signal,
@@ -206,6 +213,9 @@ def attach(release_collectives: bool = True) -> bool:
         flags = FLAG_ATTACHED
         if block is not None and _register_stack_dump(session):
             flags |= FLAG_STACKS
+        if block is not None and not block.fixed:
+            session.leave_signals = LeaveSignals(block, os.environ.get("RANK", "?"))
+            session.leave_signals.install()
         if block is not None:
             block.set_flags(session.local_rank, flags)
             if release_collectives:
