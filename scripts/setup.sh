@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 # timeline's PNG). Tests: Prometheus (scrapes the agents in
 # test_metrics_api.py), tmux (elasticctl watch's terminal), Catch2, Debian's PyTorch 1.13
 # (the pre-2.2 TCPStore client the legacy-dialect test talks to), clang with
-# the libFuzzer runtime (scripts/fuzz.sh).
+# the libFuzzer runtime (scripts/fuzz.sh), SLURM with munge (test_slurm.py
+# starts its own slurmctld and slurmd).
 APT_PACKAGES=(
   g++ cmake ninja-build pkg-config
   libuv1-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libyaml-cpp-dev libre2-dev libgloo-dev catch2
@@ -18,6 +19,7 @@ APT_PACKAGES=(
   python3-venv python3-torch
   clang libclang-rt-14-dev
   procps iproute2
+  slurm-wlm munge
 )
 
 missing=()

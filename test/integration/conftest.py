@@ -83,14 +83,28 @@ def store_ops_bin() -> Path:
 
 
 def group_alive(pgid: int) -> bool:
-    """True while any process of the process group still exists (zombies included)."""
+    """True while any process of the process group still exists, zombies
+    included, except orphans: a zombie whose parent is PID 1 has left
+    nothing running and is init's to reap (a container's init may never:
+    srun leaves one such child behind)."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # exists, owned by someone else: still alive
         return True
-    return True
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                # pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+                state, ppid, pgrp = f.read().rsplit(")", 1)[1].split()[:3]
+        except (OSError, IndexError, ValueError):
+            continue
+        if int(pgrp) == pgid and not (state == "Z" and ppid == "1"):
+            return True
+    return False
 
 
 def pid_alive(pid: int) -> bool:

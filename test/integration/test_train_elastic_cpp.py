@@ -11,12 +11,12 @@ skip, except under CI.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pytest
 
+import step_log
 from conftest import elasticctl, optional_binary  # noqa: F401 (fixture)
 from elastic_job import FAST, GEN_TIMEOUT_S, RDZV_CONF, store  # noqa: F401 (fixture)
 from launcher_fixtures import (
@@ -51,16 +51,6 @@ def train(procs, marker, launcher: list, binary: Path, tmp_path: Path, name: str
     return proc
 
 
-def steps_logged(log: Path) -> dict[int, list[dict]]:
-    """Every rank's line of each step, by step."""
-    out: dict[int, list[dict]] = {}
-    for path in sorted(log.glob("steps.rank*.jsonl")):
-        for line in path.read_text().splitlines():
-            entry = json.loads(line)
-            out.setdefault(entry["step"], []).append(entry)
-    return out
-
-
 def check_steps(logged: dict[int, list[dict]], steps: int, worlds: dict[int, int]) -> None:
     """Steps 1..steps each ran once at the world size `worlds` gives for it
     (a step's world size: the first step after each key), every rank with
@@ -91,7 +81,7 @@ def test_the_cpp_example_resumes_at_another_world_size_as_if_it_had_never_stoppe
     train(procs, marker, [torchrun, "--standalone", "--nproc-per-node", "1"], train_elastic,
           tmp_path, "torchrun-straight", straight / "ckpt", straight / "log", 30)
 
-    got, want = steps_logged(resized / "log"), steps_logged(straight / "log")
+    got, want = step_log.by_step(resized / "log"), step_log.by_step(straight / "log")
     check_steps(got, 30, {0: 2, 20: 1})
     check_steps(want, 30, {0: 1})
     for step in range(1, 31):
@@ -108,7 +98,7 @@ def test_the_cpp_example_runs_unchanged_under_elasticrun(
 ):
     train(procs, marker, [elasticrun, "--standalone", "--nproc-per-node", "2"], train_elastic,
           tmp_path, "elasticrun", tmp_path / "ckpt", tmp_path / "log", 12)
-    logged = steps_logged(tmp_path / "log")
+    logged = step_log.by_step(tmp_path / "log")
     assert sorted(logged) == list(range(1, 13)) and all(len(v) == 2 for v in logged.values())
     assert (tmp_path / "ckpt" / "latest").read_text() == "step_000000012\n"
 
@@ -128,13 +118,13 @@ def test_when_a_node_joins_the_cpp_example_stops_at_one_step_and_continues_on_th
                             "--step-ms", "40", "--step-log", log], f"agent{n}", env=env)
 
     agents = [agent(1), agent(2)]
-    wait_for(lambda: len(steps_logged(log)) >= 3, "three steps at world size 2",
+    wait_for(lambda: len(step_log.by_step(log)) >= 3, "three steps at world size 2",
              timeout=GEN_TIMEOUT_S, proc=agents[0])
     agents.append(agent(3))
     for proc in agents:
         assert proc.wait(GEN_TIMEOUT_S) == 0, proc.describe()
 
-    logged = steps_logged(log)
+    logged = step_log.by_step(log)
     resized = min(s for s, ranks in logged.items() if ranks[0]["world"] == 3)
     # Rank 0 of the old generation (on agent 1 or 2) said why it stopped.
     assert any(f"stopped at step {resized - 1} for a resize" in p.stdout() for p in agents[:2]), \

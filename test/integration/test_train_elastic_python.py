@@ -21,6 +21,7 @@ import signal
 from collections import defaultdict
 from pathlib import Path
 
+import step_log
 from conftest import REPO, elasticctl  # noqa: F401 (fixture)
 from elastic_job import GEN_TIMEOUT_S, PYTHON_SDK, Job, store  # noqa: F401 (fixture)
 from launcher_fixtures import (
@@ -64,26 +65,10 @@ def train_args(ckpt: Path, log: Path, *extra) -> list:
             "--save-every", "1000", "--step-log", log, *extra]
 
 
-def steps_logged(log: Path) -> dict[int, list[dict]]:
-    """Every rank's line of each step, by step, in rank order (a rank's
-    lines across generations share a file; the rank is in its name)."""
-    out: dict[int, list[dict]] = defaultdict(list)
-    for path in log.glob("steps.rank*.jsonl"):
-        rank = int(path.name.split(".")[1].removeprefix("rank"))
-        for line in path.read_text().splitlines():
-            out[json.loads(line)["step"]].append({**json.loads(line), "rank": rank})
-    return {step: sorted(ranks, key=lambda e: e["rank"]) for step, ranks in out.items()}
-
-
 def world_seen(log: Path, world: int, after_gen: int):
     """The generation after `after_gen` at `world` ranks once rank 0 logged a
     step of it, else None. Rank 0 exists in every generation."""
-    path = log / "steps.rank0.jsonl"
-    if not path.exists():
-        return None
-    text = path.read_text()
-    for line in text[: text.rfind("\n") + 1].splitlines():  # whole lines only
-        entry = json.loads(line)
+    for entry in step_log.by_rank(log).get(0, []):
         if entry["gen"] > after_gen and entry["world"] == world:
             return entry["gen"]
     return None
@@ -175,7 +160,7 @@ def fixed_run(shared_runs, torchrun):  # noqa: F811
         assert proc.wait(RUN_TIMEOUT_S) == 0, proc.describe()
         assert f"[train] done: {STEPS} steps" in proc.stdout(), proc.describe()
         assert "override" not in proc.stdout(), proc.describe()
-        logged = steps_logged(directory / "log")
+        logged = step_log.by_step(directory / "log")
         check_run(logged)
         assert {e["world"] for ranks in logged.values() for e in ranks} == {2}
         return logged
@@ -235,7 +220,7 @@ def test_the_python_example_resized_from_two_to_four_to_three_to_two_trains_as_t
     two_four_three_two(procs, elasticctl, job, log, store, RUN_ID)
     finish(job, marker, {1: 0, 2: 0, 3: 0})
 
-    got = steps_logged(log)
+    got = step_log.by_step(log)
     check_run(got)
     assert [world for _, world, _ in generations(got)] == [2, 4, 3, 2], generations(got)
     check_stopped_together(job, got)
@@ -268,7 +253,7 @@ def test_a_world_size_override_sets_the_learning_rate_and_micro_batch_at_that_si
     wait_world(job, log, 2, after_gen=g3)
     finish(job, marker, {1: 0, 2: 0})
 
-    got = steps_logged(log)
+    got = step_log.by_step(log)
     check_run(got)
     assert [world for _, world, _ in generations(got)] == [2, 3, 2], generations(got)
     check_stopped_together(job, got)

@@ -1,0 +1,88 @@
+"""elasticrun as a container's entrypoint: PID 1 of a PID namespace
+(`unshare --pid --fork`, what a container runtime does). The kernel gives
+PID 1 every orphan of the namespace and delivers it only the signals it
+handles: orphaned grandchildren of the workers must not pile up as
+zombies, SIGTERM (`docker stop`, a pod's deletion) must reach the workers,
+and the exit status must be the one torchrun gives (128 + the signal)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+
+import pytest
+
+from launcher_fixtures import (
+    RUN_TIMEOUT_S,
+    elasticrun,  # noqa: F401 (fixture)
+    launcher_env,
+    marker,  # noqa: F401 (fixture)
+    wait_for,
+)
+
+# Each worker leaves an orphan that exits soon after (PID 1 inherits it),
+# says it is ready, and on SIGTERM writes that it got it and exits.
+WORKER = """\
+import os, signal, sys, time
+out, rank = os.environ["OUT"], os.environ["RANK"]
+for _ in range(3):
+    if os.fork() == 0:
+        if os.fork() == 0:
+            time.sleep(0.3)
+            os._exit(0)
+        os._exit(0)
+    os.wait()
+def term(signum, frame):
+    open(f"{out}/term.{rank}", "w").close()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+open(f"{out}/ready.{rank}", "w").close()
+while True:
+    time.sleep(0.05)
+"""
+
+
+def stat(pid: int) -> tuple[str, int] | None:
+    """(state, parent) of a process, by its pid here; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+    except (OSError, ValueError):
+        return None
+    return state, int(ppid)
+
+
+def children(pid: int) -> list[tuple[int, str]]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit() and (s := stat(int(d))) and s[1] == pid:
+            out.append((int(d), s[0]))
+    return out
+
+
+def test_as_pid_1_it_reaps_orphans_forwards_sigterm_and_exits_as_torchrun(
+        procs, marker, elasticrun, tmp_path):  # noqa: F811
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("a PID namespace needs root and unshare")
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    out = tmp_path / "out"
+    out.mkdir()
+    run = procs.spawn(["unshare", "--pid", "--fork", "--mount-proc", elasticrun, "--standalone",
+                       "--nproc-per-node", "2", script], "pid1",
+                      env=launcher_env(marker, tmp_path / "tmp", OUT=str(out)))
+    wait_for(lambda: len(list(out.glob("ready.*"))) == 2, "both workers ready", proc=run)
+    init = wait_for(lambda: next((p for p, _ in children(run.pid)), None), "PID 1", proc=run)
+    # The orphans exit 0.3 s after their workers are ready; PID 1 reaps them.
+    time.sleep(0.6)
+    zombies = lambda: [p for p, state in children(init) if state == "Z"]  # noqa: E731
+    deadline = time.monotonic() + 5
+    while zombies() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not zombies(), f"orphans left as zombies of PID 1: {zombies()}"
+    os.kill(init, signal.SIGTERM)  # docker stop
+    assert run.wait(RUN_TIMEOUT_S) == 128 + signal.SIGTERM, run.describe()
+    assert sorted(p.name for p in out.glob("term.*")) == ["term.0", "term.1"], run.describe()
+    assert "SIGTERM" in run.stderr(), run.describe()
