@@ -228,6 +228,8 @@ int run_agent(const AgentConfig& config) {
               server->host(), server->port());
   }
   events.record(events::type::kAgentStart, agent_start_fields(config));
+  std::unique_ptr<SpotWatch> spot;
+  if (!config.spot_notice.url.empty()) spot = std::make_unique<SpotWatch>(config.spot_notice);
   const int code = run_node(config, events, serving);
   events.record(events::type::kAgentEnd, {{"exit_code", code}});
   return code;

@@ -17,6 +17,7 @@
 
 #include "agent/gpu_watch.hpp"
 #include "agent/numa_binding.hpp"
+#include "agent/spot_watch.hpp"
 #include "agent/warm_start.hpp"
 #include "elastic/policy.hpp"
 #include "events/event_log.hpp"
@@ -125,6 +126,8 @@ struct AgentConfig {
   // --server-port or --metrics-port on --server-host; no port: none.
   std::optional<int> serve_port;
   std::string serve_host = "127.0.0.1";
+  // --spot-notice-url's watch; no URL: none.
+  SpotNoticeOptions spot_notice;
   // One-line notes printed once before the workers start.
   std::vector<std::string> notes;
   // Set in every worker's (and hook's) environment on top of the agent's own.

@@ -285,6 +285,8 @@ AgentConfig plan_agent(const cli::LaunchConfig& c, const Environment& env) {
   a.event_log.console = c.event_log_handler == "console";
   a.serve_port = c.serve_port;
   a.serve_host = c.server_host;
+  a.spot_notice.url = c.spot_notice_url;
+  a.spot_notice.interval = ms(c.spot_notice_interval);
   a.progress = plan_progress(c.health);
   // Compiled here, so that a pattern RE2 refuses exits 2 before anything starts.
   if (!c.health.log_rules.empty()) {

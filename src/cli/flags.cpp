@@ -251,6 +251,20 @@ const std::vector<FlagSpec> kFlags = {
      "Serve Prometheus metrics on http://--server-host:PORT/metrics (docs/metrics.md), with the "
      "HTTP control API; 0: a free port (the agent logs which).",
      [](LaunchConfig& c, const Raw& r) { c.metrics_port = parse_port(r); }},
+    {Flag::kSpotNoticeUrl, "", "--spot-notice-url", kValue, kNoEnv, kElastic, "URL", "",
+     "Poll this instance-metadata URL for an interruption notice (AWS: "
+     "http://169.254.169.254/latest/meta-data/spot/instance-action, with IMDSv2's token) and "
+     "leave the job gracefully on one, as on SIGTERM; off unless given (docs/deploy.md).",
+     [](LaunchConfig& c, const Raw& r) {
+       if (!r.text.starts_with("http://")) fail_flag(r, "not an http:// URL");
+       c.spot_notice_url = r.text;
+     }},
+    {Flag::kSpotNoticeInterval, "", "--spot-notice-interval", kValue, kNoEnv, kElastic, "SECONDS",
+     "5", "How often --spot-notice-url is asked.",
+     [](LaunchConfig& c, const Raw& r) {
+       c.spot_notice_interval = parse_seconds(r);
+       if (c.spot_notice_interval < 0.05) fail_flag(r, "below 0.05 s");
+     }},
     {Flag::kWarmStartImports, "", "--warm-start-imports", kValue, kNoEnv, kElastic, "MODULES",
      "torch,torch._dynamo",
      "Modules the warm interpreters import ahead, comma-separated (DDP, FSDP and torch.compile "

@@ -91,6 +91,8 @@ enum class Flag {
   kStragglerFactor,
   kStragglerPoints,
   kGpuHealth,
+  kSpotNoticeUrl,
+  kSpotNoticeInterval,
   kCount,
 };
 

@@ -389,6 +389,8 @@ std::string to_json(const LaunchConfig& c) {
       {"start_method", c.start_method},
       {"event_log_handler", c.event_log_handler},
       {"event_log", c.event_log},
+      {"spot_notice_url", c.spot_notice_url},
+      {"spot_notice_interval", c.spot_notice_interval},
       {"role", c.role},
       {"module", c.module},
       {"no_python", c.no_python},

@@ -112,6 +112,8 @@ struct LaunchConfig {
   std::string server_host = "127.0.0.1";
   int server_port = 8080;           // hyperpodrun's default; served only when given
   std::optional<int> metrics_port;  // --metrics-port
+  std::string spot_notice_url;      // --spot-notice-url; empty: no watcher
+  double spot_notice_interval = 5;  // --spot-notice-interval, seconds
   // Derived: where the agent serves /metrics and the HTTP API (--server-port
   // or --metrics-port, on --server-host); nullopt: no server.
   std::optional<int> serve_port;
