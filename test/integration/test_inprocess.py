@@ -19,6 +19,7 @@ import signal
 from collections import defaultdict
 from pathlib import Path
 
+import step_log
 from conftest import REPO, elasticctl  # noqa: F401 (fixture)
 from elastic_job import GEN_TIMEOUT_S, PYTHON_SDK, Job, store  # noqa: F401 (fixture)
 from launcher_fixtures import (
@@ -41,7 +42,6 @@ from test_train_elastic_python import (
     finish,
     generations,
     global_order,
-    steps_logged,
     two_four_three_two,
     wait_world,
 )
@@ -65,7 +65,7 @@ def fixed_run(shared_runs, torchrun):  # noqa: F811
                             *train_args(directory / "log")], "torchrun-fixed", env=env)
         assert proc.wait(RUN_TIMEOUT_S) == 0, proc.describe()
         assert f"[train] done: {STEPS} steps" in proc.stdout(), proc.describe()
-        logged = steps_logged(directory / "log")
+        logged = step_log.by_step(directory / "log")
         check_run(logged)
         return logged
 
@@ -109,7 +109,7 @@ def test_survivors_of_a_join_a_leave_and_a_release_go_on_in_the_same_process_and
     two_four_three_two(procs, elasticctl, job, log, store, RUN_ID)
     finish(job, marker, {1: 0, 2: 0, 3: 0})
 
-    got = steps_logged(log)
+    got = step_log.by_step(log)
     check_run(got)
     check_same_params(got)
     gens = generations(got)
@@ -170,15 +170,15 @@ def test_survivors_of_a_node_killed_mid_step_go_on_in_the_same_process_from_the_
     g3 = wait_world(job, log, 3, after_gen=g2)
     # A few whole steps at 3 first, then the node goes at once, agent and
     # worker (its parent-death signal), in the middle of a step.
-    first = min(s for s, ranks in steps_logged(log).items() if ranks[0]["gen"] == g3)
-    wait_for(lambda: max(steps_logged(log)) >= first + 5, "steps at world size 3",
+    first = min(s for s, ranks in step_log.by_step(log).items() if ranks[0]["gen"] == g3)
+    wait_for(lambda: max(step_log.by_step(log)) >= first + 5, "steps at world size 3",
              timeout=GEN_TIMEOUT_S, proc=job.agents[1])
     job.agents[3].popen.send_signal(signal.SIGKILL)
     job.agents[3].wait(GEN_TIMEOUT_S)
     wait_world(job, log, 2, after_gen=g3)
     finish(job, marker, {1: 0, 2: 0})
 
-    logged = steps_logged(log)
+    logged = step_log.by_step(log)
     got = checked_reformed_run(logged)
     assert [world for _, world, _ in generations(got)] == [2, 3, 2], generations(got)
     pids = pids_by_rank_and_gen(logged)
@@ -196,14 +196,14 @@ def test_a_killed_worker_starts_again_and_takes_the_state_from_the_survivor_whic
     job.start_agent(1)
     job.start_agent(2)
     g2 = wait_world(job, log, 2)
-    wait_for(lambda: max(steps_logged(log)) >= 10, "ten steps", timeout=GEN_TIMEOUT_S,
+    wait_for(lambda: max(step_log.by_step(log)) >= 10, "ten steps", timeout=GEN_TIMEOUT_S,
              proc=job.agents[1])
-    [victim] = {e["pid"] for ranks in steps_logged(log).values() for e in ranks if e["rank"] == 1}
+    [victim] = {e["pid"] for ranks in step_log.by_step(log).values() for e in ranks if e["rank"] == 1}
     os.kill(victim, signal.SIGKILL)
     wait_world(job, log, 2, after_gen=g2)
     finish(job, marker, {1: 0, 2: 0})
 
-    logged = steps_logged(log)
+    logged = step_log.by_step(log)
     got = checked_reformed_run(logged)
     pids = pids_by_rank_and_gen(logged)
     # Rank 0 is one process throughout; rank 1 is the killed one, then its
@@ -243,14 +243,14 @@ def test_a_node_scaled_away_keeps_its_parked_worker_which_re_forms_when_scaled_b
     g2 = wait_world(job, log, 2, after_gen=g3)
     scale(procs, elasticctl, 3, store)
     g3b = wait_world(job, log, 3, after_gen=g2)
-    before = {e["pid"] for ranks in steps_logged(log).values() for e in ranks}
-    [victim] = {e["pid"] for ranks in steps_logged(log).values() for e in ranks
+    before = {e["pid"] for ranks in step_log.by_step(log).values() for e in ranks}
+    [victim] = {e["pid"] for ranks in step_log.by_step(log).values() for e in ranks
                 if e["gen"] == g3b and e["rank"] == 1}
     os.kill(victim, signal.SIGKILL)
     wait_world(job, log, 3, after_gen=g3b)
     finish(job, marker, {1: 0, 2: 0, 3: 0})
 
-    logged = steps_logged(log)
+    logged = step_log.by_step(log)
     got = checked_reformed_run(logged)
     assert [world for _, world, _ in generations(got)][-4:] == [3, 2, 3, 3], generations(got)
     # Three processes until the kill (the spare's came back), one more after.
@@ -279,17 +279,17 @@ def test_a_stopped_peer_is_killed_and_the_others_re_form_in_process_with_its_rep
     for n in (1, 2, 3):
         job.start_agent(n)
     g3 = wait_world(job, log, 3)
-    first = min(s for s, ranks in steps_logged(log).items() if ranks[0]["gen"] == g3)
-    wait_for(lambda: max(steps_logged(log)) >= first + 5, "steps at world size 3",
+    first = min(s for s, ranks in step_log.by_step(log).items() if ranks[0]["gen"] == g3)
+    wait_for(lambda: max(step_log.by_step(log)) >= first + 5, "steps at world size 3",
              timeout=GEN_TIMEOUT_S, proc=job.agents[1])
-    [victim] = {e["pid"] for ranks in steps_logged(log).values() for e in ranks
+    [victim] = {e["pid"] for ranks in step_log.by_step(log).values() for e in ranks
                 if e["gen"] == g3 and e["rank"] == 2}
     os.kill(victim, signal.SIGSTOP)
-    wait_for(lambda: any(e["gen"] > g3 for ranks in steps_logged(log).values() for e in ranks),
+    wait_for(lambda: any(e["gen"] > g3 for ranks in step_log.by_step(log).values() for e in ranks),
              "a step after the stopped worker's round", timeout=GEN_TIMEOUT_S, proc=job.agents[1])
     finish(job, marker, {1: 0, 2: 0, 3: 0})
 
-    logged = steps_logged(log)
+    logged = step_log.by_step(log)
     got = checked_reformed_run(logged)
     pids = pids_by_rank_and_gen(logged)
     for rank in (0, 1):
@@ -327,7 +327,7 @@ def test_fifty_re_formations_in_a_row_leak_nothing_in_a_surviving_worker_or_its_
     for n in (1, 2, 3):
         job.start_agent(n)
     gen = wait_world(job, log, 3)
-    [worker] = {e["pid"] for ranks in steps_logged(log).values() for e in ranks
+    [worker] = {e["pid"] for ranks in step_log.by_step(log).values() for e in ranks
                 if e["gen"] == gen and e["rank"] == 0}
     agent = job.agents[1].popen.pid
     seen = {}
@@ -343,7 +343,7 @@ def test_fifty_re_formations_in_a_row_leak_nothing_in_a_surviving_worker_or_its_
     finish(job, marker, {1: 128 + signal.SIGTERM, 2: 128 + signal.SIGTERM,
                          3: 128 + signal.SIGTERM})
 
-    logged = steps_logged(log)
+    logged = step_log.by_step(log)
     check_same_params(logged)
     # Every re-formation took place in process: three workers in all.
     assert len({e["pid"] for ranks in logged.values() for e in ranks}) == 3

@@ -18,6 +18,7 @@ import os
 import signal
 import time
 
+import step_log
 from conftest import WORKERS, elasticctl  # noqa: F401 (fixture)
 from elastic_job import GEN_TIMEOUT_S, Job, store  # noqa: F401 (fixture)
 from launcher_fixtures import (
@@ -38,7 +39,6 @@ from test_train_elastic_python import (
     finish,
     fixed_run,
     global_order,
-    steps_logged,
     train_args,
     wait_world,
 )
@@ -89,7 +89,7 @@ def test_a_killed_worker_costs_no_step_and_the_job_trains_as_a_run_that_never_fa
     # The killed generation may have begun the step after the rescue's (its
     # records go out before the step's gradients are all-reduced); that
     # step ran again, and nothing else did.
-    logged = steps_logged(log)
+    logged = step_log.by_step(log)
     repeated = [step for step, ranks in logged.items() if len({e["gen"] for e in ranks}) > 1]
     assert repeated in ([], [rescues[0]["step"] + 1]), repeated
     # The rescue kept the weights, the momentum and the schedule exactly.
@@ -123,7 +123,7 @@ def kill_a_worker_mid_run(job: Job, marker: str, log, steps: int,
     job.start_agent(1)
     job.start_agent(2)
     g = wait_world(job, log, 2)
-    wait_for(lambda: len(steps_logged(log)) >= steps or None, f"{steps} steps",
+    wait_for(lambda: len(step_log.by_step(log)) >= steps or None, f"{steps} steps",
              timeout=GEN_TIMEOUT_S, proc=job.agents[1])
     victim = next(e["pid"] for e in events_of(job.dir)
                   if e["ev"] == "start" and e["gen"] == g and e["rank"] == 1)
@@ -138,7 +138,7 @@ def trained_as(log, want) -> None:
     """The last run of each step (steps after a restore ran again) trained
     exactly as the fixed run: the same world size throughout, so the very
     same samples and losses, bit for bit."""
-    logged = steps_logged(log)
+    logged = step_log.by_step(log)
     last = {step: [e for e in ranks if e["gen"] == max(x["gen"] for x in ranks)]
             for step, ranks in logged.items()}
     check_run(last)
