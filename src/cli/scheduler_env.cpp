@@ -1,5 +1,8 @@
 #include "cli/scheduler_env.hpp"
 
+#include <algorithm>
+
+#include "cli/flag_text.hpp"
 #include "cli/slurm_hostlist.hpp"
 #include "elasticrun/errors.hpp"
 
@@ -120,14 +123,21 @@ SchedulerGuess indexed_job(const Env& env, const FlagValues& given,
 
 SchedulerGuess guess_from_scheduler(const Env& env, const FlagValues& given,
                                     const std::function<std::string()>& fqdn) {
+  SchedulerGuess g;
   if (find(env, "SLURM_JOB_ID")) {
-    if (find(env, "SLURM_STEP_ID") && find(env, "SLURM_STEP_NUM_TASKS")) {
-      return slurm_step(env, given);
-    }
-    return slurm_batch(env);
+    if (!find(env, "SLURM_STEP_ID") || !find(env, "SLURM_STEP_NUM_TASKS")) return slurm_batch(env);
+    g = slurm_step(env, given);
+  } else if (find(env, "JOB_COMPLETION_INDEX")) {
+    g = indexed_job(env, given, fqdn);
   }
-  if (find(env, "JOB_COMPLETION_INDEX")) return indexed_job(env, given, fqdn);
-  return {};
+  // --standalone asks for a job of this node alone: no rendezvous to find.
+  const auto& standalone = given[static_cast<size_t>(Flag::kStandalone)];
+  if (standalone && parse_switch(*standalone)) {
+    std::erase_if(g.values, [](const auto& v) { return v.first != Flag::kSignalsToHandle; });
+    g.notes.clear();
+    g.endpoint_missing.clear();
+  }
+  return g;
 }
 
 }  // namespace elasticrun::cli

@@ -15,7 +15,8 @@
 //                         only with --rdzv-backend static
 //   --signals-to-handle   torchrun's four and SIGUSR1, SIGUSR2: the warning
 //                         of --signal=USR1@60 is a graceful leave
-// A step of one task is a single-node job (derived as torchrun derives it).
+// A step of one task is a single-node job (derived as torchrun derives it),
+// and so is any step under --standalone (only the signals are read).
 // In the batch script itself (no step), nothing is read: the script runs on
 // the first node only, and a job of several nodes gets a note to use srun.
 //

@@ -132,6 +132,14 @@ TEST_CASE("a one-task step is a single-node job; a batch script reads nothing", 
   CHECK(c.rdzv_endpoint == "localhost:0");
   CHECK(c.signals_to_handle.size() == 6);
 
+  // --standalone: this node alone, whatever the step holds.
+  const auto alone = parse({"--standalone", "train.py"}, srun_step());
+  CHECK(alone.nnodes_max == 1);
+  CHECK(alone.rdzv_endpoint == "localhost:0");
+  CHECK(alone.signals_to_handle.size() == 6);
+  CHECK(parse({"--standalone", "train.py"}, {{"JOB_COMPLETION_INDEX", "1"}, {"HOSTNAME", "x"}})
+            .rdzv_endpoint == "localhost:0");
+
   Env batch = {{"SLURM_JOB_ID", "12"},
                {"SLURM_JOB_NUM_NODES", "4"},
                {"SLURM_PROCID", "0"},
