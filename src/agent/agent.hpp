@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "agent/gpu_watch.hpp"
+#include "agent/host_discovery.hpp"
 #include "agent/numa_binding.hpp"
 #include "agent/spot_watch.hpp"
 #include "agent/warm_start.hpp"
@@ -128,6 +129,8 @@ struct AgentConfig {
   std::string serve_host = "127.0.0.1";
   // --spot-notice-url's watch; no URL: none.
   SpotNoticeOptions spot_notice;
+  // --host-discovery-script (dynamic jobs); no script: every host allowed.
+  HostDiscoveryOptions host_discovery;
   // One-line notes printed once before the workers start.
   std::vector<std::string> notes;
   // Set in every worker's (and hook's) environment on top of the agent's own.

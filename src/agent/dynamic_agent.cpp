@@ -56,6 +56,10 @@ class DynamicAgent {
   int run() {
     rdzv_store_ = maybe_host_store(config_);
     if (rdzv_store_) rc_.store_port = rdzv_store_->port();
+    if (!config_.host_discovery.script.empty()) {
+      discovery_ = std::make_unique<HostDiscovery>(config_.host_discovery);
+      rc_.hosts = discovery_.get();
+    }
     heartbeat_ = std::make_unique<rendezvous::Heartbeat>(rc_, &beat_);
     rdzv_ = std::make_unique<rendezvous::Rendezvous>(rc_);
     courier_ = std::make_unique<Round::Courier>(std::make_unique<rendezvous::Rendezvous>(rc_));
@@ -249,6 +253,8 @@ class DynamicAgent {
 
   const AgentConfig& config_;
   const NodeContext& node_;
+  // Before rc_, which points at it.
+  std::unique_ptr<HostDiscovery> discovery_;
   rendezvous::RendezvousConfig rc_;
   std::unique_ptr<EmbeddedStore> rdzv_store_;
   rendezvous::BeatProgress beat_;  // written by the rounds' loops, read by the heartbeat

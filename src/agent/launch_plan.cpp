@@ -287,6 +287,8 @@ AgentConfig plan_agent(const cli::LaunchConfig& c, const Environment& env) {
   a.serve_host = c.server_host;
   a.spot_notice.url = c.spot_notice_url;
   a.spot_notice.interval = ms(c.spot_notice_interval);
+  a.host_discovery.script = c.host_discovery_script;
+  a.host_discovery.interval = ms(c.host_discovery_interval);
   a.progress = plan_progress(c.health);
   // Compiled here, so that a pattern RE2 refuses exits 2 before anything starts.
   if (!c.health.log_rules.empty()) {
@@ -318,6 +320,11 @@ AgentConfig plan_agent(const cli::LaunchConfig& c, const Environment& env) {
   // The worker SDK reads per-world-size overrides from the job config file.
   if (c.elastic.config_file) a.worker_env["ELASTICRUN_CONFIG_FILE"] = *c.elastic.config_file;
   plan_rendezvous(c, a);
+  if (!a.host_discovery.script.empty() && !a.dynamic) {
+    throw ConfigError(
+        "--host-discovery-script needs an elastic job (--rdzv-backend c10d and --nnodes "
+        "MIN:MAX or more than one node): a fixed job has no rounds to admit hosts to");
+  }
   a.inprocess_restart = c.inprocess_restart && a.dynamic;
   // The event log's lines name the agent as its heartbeat does; a fixed
   // job's agent has no heartbeat, and gets an id made the same way.

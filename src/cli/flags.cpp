@@ -265,6 +265,22 @@ const std::vector<FlagSpec> kFlags = {
        c.spot_notice_interval = parse_seconds(r);
        if (c.spot_notice_interval < 0.05) fail_flag(r, "below 0.05 s");
      }},
+    {Flag::kHostDiscoveryScript, "", "--host-discovery-script", kValue, kNoEnv, kElastic, "PATH",
+     "",
+     "A program that prints the hosts the job may use now, one host[:slots] a line "
+     "(horovodrun's contract); asked by the agent that closes or leads a round, every "
+     "--host-discovery-interval. Only agents on listed hosts are admitted; a member whose host "
+     "leaves the list stops at an agreed step. Each host runs its own agent (docs/deploy.md).",
+     [](LaunchConfig& c, const Raw& r) {
+       if (r.text.empty()) fail_flag(r, "empty");
+       c.host_discovery_script = r.text;
+     }},
+    {Flag::kHostDiscoveryInterval, "", "--host-discovery-interval", kValue, kNoEnv, kElastic,
+     "SECONDS", "1", "How often --host-discovery-script may run.",
+     [](LaunchConfig& c, const Raw& r) {
+       c.host_discovery_interval = parse_seconds(r);
+       if (c.host_discovery_interval < 0.05) fail_flag(r, "below 0.05 s");
+     }},
     {Flag::kWarmStartImports, "", "--warm-start-imports", kValue, kNoEnv, kElastic, "MODULES",
      "torch,torch._dynamo",
      "Modules the warm interpreters import ahead, comma-separated (DDP, FSDP and torch.compile "

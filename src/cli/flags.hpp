@@ -93,6 +93,8 @@ enum class Flag {
   kGpuHealth,
   kSpotNoticeUrl,
   kSpotNoticeInterval,
+  kHostDiscoveryScript,
+  kHostDiscoveryInterval,
   kCount,
 };
 

@@ -391,6 +391,8 @@ std::string to_json(const LaunchConfig& c) {
       {"event_log", c.event_log},
       {"spot_notice_url", c.spot_notice_url},
       {"spot_notice_interval", c.spot_notice_interval},
+      {"host_discovery_script", c.host_discovery_script},
+      {"host_discovery_interval", c.host_discovery_interval},
       {"role", c.role},
       {"module", c.module},
       {"no_python", c.no_python},

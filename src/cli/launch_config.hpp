@@ -110,10 +110,12 @@ struct LaunchConfig {
   std::optional<std::string> post_train_script;
   std::vector<std::string> post_train_args;
   std::string server_host = "127.0.0.1";
-  int server_port = 8080;           // hyperpodrun's default; served only when given
-  std::optional<int> metrics_port;  // --metrics-port
-  std::string spot_notice_url;      // --spot-notice-url; empty: no watcher
-  double spot_notice_interval = 5;  // --spot-notice-interval, seconds
+  int server_port = 8080;              // hyperpodrun's default; served only when given
+  std::optional<int> metrics_port;     // --metrics-port
+  std::string spot_notice_url;         // --spot-notice-url; empty: no watcher
+  double spot_notice_interval = 5;     // --spot-notice-interval, seconds
+  std::string host_discovery_script;   // --host-discovery-script; empty: every host allowed
+  double host_discovery_interval = 1;  // --host-discovery-interval, seconds
   // Derived: where the agent serves /metrics and the HTTP API (--server-port
   // or --metrics-port, on --server-host); nullopt: no server.
   std::optional<int> serve_port;

@@ -39,6 +39,9 @@ inline constexpr const char* kNodeHealth = "health/nodes";
 // health::RestartState: the restart policy's counts, continued by whichever
 // closer counts the next failure.
 inline constexpr const char* kRestartState = "health/restarts";
+// HostList (host_list.hpp): the hosts --host-discovery-script allowed at
+// its last run, as the closer or leader that ran it saw them.
+inline constexpr const char* kAllowedHosts = "hosts/allowed";
 std::string heartbeat(const std::string& node_id);  // HeartbeatRecord
 // "r/<n>/<name>": a key of round n.
 std::string round_key(uint64_t round, const std::string& name);

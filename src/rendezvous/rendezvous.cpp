@@ -26,6 +26,7 @@ struct Rendezvous::Candidate {
   int64_t index = 0;
   bool dead = false;
   bool excluded = false;  // its host is excluded (health::ExclusionState)
+  bool unlisted = false;  // the host discovery script does not list its host
 };
 
 namespace {
@@ -214,43 +215,22 @@ void Rendezvous::close_round(uint64_t round, int64_t my_index) {
     }
   }
 
-  const int64_t count = client_.add(count_key, 0);
-  std::vector<std::string> names;
-  for (int64_t i = 1; i <= count; ++i) names.push_back(rec_key(i));
-  // An agent writes its record right after taking its index; waiting a few
-  // heartbeats covers one that is slow, and one that died in between fails
-  // the close (agents then time out and start over).
-  const auto values =
-      client_.multi_get(names, config_.heartbeat_interval * config_.missed_heartbeats);
-  std::vector<Candidate> recs;
-  std::vector<std::string> beat_keys;
-  for (int64_t i = 1; i <= count; ++i) {
-    recs.push_back(Candidate{JoinRecord::parse(values[static_cast<size_t>(i - 1)]), i});
-    beat_keys.push_back(keys::heartbeat(recs.back().record.node_id));
+  std::vector<Candidate> recs = candidates(round);
+  if (config_.hosts) recs = wait_for_listed(round, std::move(recs));
+  const auto count = static_cast<int64_t>(recs.size());
+  int64_t live = 0, usable = 0, unlisted = 0;
+  for (const auto& c : recs) {
+    live += !c.dead && !c.unlisted ? 1 : 0;
+    usable += !c.dead && !c.unlisted && !c.excluded ? 1 : 0;
+    unlisted += !c.dead && c.unlisted ? 1 : 0;
   }
-  // A candidate whose heartbeat is stale died after joining (a spare killed
-  // while it waited): it is never admitted.
-  int64_t live = 0;
-  if (count > 0) {
-    const auto beats = client_.multi_get(beat_keys);
-    const int64_t now_ms = now_unix_ms();
-    for (size_t i = 0; i < recs.size(); ++i) {
-      recs[i].dead =
-          heartbeat_stale(beats[i], now_ms, config_.heartbeat_interval * config_.missed_heartbeats);
-      live += recs[i].dead ? 0 : 1;
+  if (unlisted > 0) {
+    std::string hosts;
+    for (const auto& c : recs) {
+      if (!c.dead && c.unlisted) hosts += (hosts.empty() ? "" : ", ") + c.record.host;
     }
-  }
-  // Excluded nodes (health/exclusion.hpp) wait as spares while others can
-  // fill the round; when too few can, they are admitted after all rather
-  // than the job stopping for their cooldown.
-  int64_t usable = live;
-  if (count > 0) {
-    const health::ExclusionState excl = exclusions();
-    const int64_t now_ms = now_unix_ms();
-    for (auto& c : recs) {
-      c.excluded = !c.dead && excl.excluded(c.record.host, now_ms);
-      usable -= c.excluded ? 1 : 0;
-    }
+    log->info("round {}: not admitting the agent(s) on {}: not listed by the host discovery script",
+              round, hosts);
   }
   auto admit =
       elastic::largest_allowed_at_most(sizes, static_cast<int>(std::min<int64_t>(usable, target)));
@@ -267,9 +247,13 @@ void Rendezvous::close_round(uint64_t round, int64_t my_index) {
   if (const auto spent = account_failure(round, lost)) {
     without = ClosedWithout{true, *spent};
   } else if (!admit || live < sizes.min_replicas) {
-    without = ClosedWithout{false, std::to_string(live) + " agent(s) joined within " +
-                                       seconds_text(config_.join_timeout) + "; at least " +
-                                       std::to_string(sizes.min_replicas) + " needed"};
+    without = ClosedWithout{
+        false, std::to_string(live) + " agent(s) joined within " +
+                   seconds_text(config_.join_timeout) + "; at least " +
+                   std::to_string(sizes.min_replicas) + " needed" +
+                   (unlisted > 0 ? " (" + std::to_string(unlisted) +
+                                       " more on hosts the host discovery script does not list)"
+                                 : "")};
   }
   const std::string closed_value =
       without ? without->serialize() : Closed{count, my_index}.serialize();
@@ -289,9 +273,9 @@ void Rendezvous::close_round(uint64_t round, int64_t my_index) {
 
   // Survivors of the previous round keep their order, newcomers follow in
   // arrival order, nodes that gave their place back come last (and excluded
-  // ones after them), dead never.
+  // ones after them), dead and unlisted never.
   auto klass = [&](const Candidate& c) {
-    if (c.dead) return 4;
+    if (c.dead || c.unlisted) return 4;
     if (c.excluded) return 3;
     const JoinRecord& r = c.record;
     if (r.released) return 2;
@@ -330,6 +314,77 @@ void Rendezvous::close_round(uint64_t round, int64_t my_index) {
   if (!close()) return;
   log->info("round {} closed: {} member(s), {} spare(s), world size {}", round, members,
             count - members, world);
+}
+
+// Every agent that joined the round so far, with what the closer must know
+// of it: whether its heartbeat stopped (a spare killed while it waited:
+// never admitted), whether its host is excluded, whether it is listed.
+std::vector<Rendezvous::Candidate> Rendezvous::candidates(uint64_t round) {
+  const int64_t count = client_.add(keys::arrivals(round), 0);
+  std::vector<Candidate> recs;
+  if (count == 0) return recs;
+  std::vector<std::string> names;
+  for (int64_t i = 1; i <= count; ++i) names.push_back(keys::join(round, i));
+  // An agent writes its record right after taking its index; waiting a few
+  // heartbeats covers one that is slow, and one that died in between fails
+  // the close (agents then time out and start over).
+  const auto stale_after = config_.heartbeat_interval * config_.missed_heartbeats;
+  const auto values = client_.multi_get(names, stale_after);
+  std::vector<std::string> beat_keys;
+  for (int64_t i = 1; i <= count; ++i) {
+    recs.push_back(Candidate{JoinRecord::parse(values[static_cast<size_t>(i - 1)]), i});
+    beat_keys.push_back(keys::heartbeat(recs.back().record.node_id));
+  }
+  const auto beats = client_.multi_get(beat_keys);
+  const health::ExclusionState excl = exclusions();
+  const std::optional<HostList> listed = allowed_hosts();
+  const int64_t now_ms = now_unix_ms();
+  for (size_t i = 0; i < recs.size(); ++i) {
+    Candidate& c = recs[i];
+    c.dead = heartbeat_stale(beats[i], now_ms, stale_after);
+    c.excluded = !c.dead && excl.excluded(c.record.host, now_ms);
+    c.unlisted = listed && !listed->admits(c.record.host, c.record.local_world_size);
+  }
+  return recs;
+}
+
+// With a host discovery script, agents on unlisted hosts join but do not
+// count: waits (up to the join timeout) until enough listed ones have,
+// asking the script again as it goes.
+std::vector<Rendezvous::Candidate> Rendezvous::wait_for_listed(uint64_t round,
+                                                               std::vector<Candidate> recs) {
+  // Too few joined at all: the waits before spent the join timeout already.
+  if (static_cast<int64_t>(recs.size()) < config_.sizes.min_replicas) return recs;
+  const auto deadline = Clock::now() + config_.join_timeout;
+  bool told = false;
+  for (;;) {
+    int64_t listed = 0;
+    for (const auto& c : recs) listed += !c.dead && !c.unlisted ? 1 : 0;
+    if (listed >= config_.sizes.min_replicas || Clock::now() >= deadline) return recs;
+    if (!told) {
+      util::logger("rendezvous")
+          ->info(
+              "round {}: {} agent(s) joined, {} on hosts the host discovery script lists; "
+              "waiting for at least {}",
+              round, recs.size(), listed, config_.sizes.min_replicas);
+      told = true;
+    }
+    // Wakes for a new arrival, or to ask the script again; notices a
+    // cancelled agent and a job that ended meanwhile.
+    wait_while_running(keys::join(round, static_cast<int64_t>(recs.size()) + 1),
+                       config_.hosts->interval(), "waited for listed hosts");
+    recs = candidates(round);
+  }
+}
+
+std::optional<HostList> Rendezvous::allowed_hosts() {
+  if (!config_.hosts) return std::nullopt;
+  HostList list = config_.hosts->current();
+  if (!published_hosts_ || !(*published_hosts_ == list)) {
+    client_.set(keys::kAllowedHosts, list.serialize());
+    published_hosts_ = list;
+  }
+  return list;
 }
 
 // Later rounds: waits until every survivor of the round before is back and
@@ -466,11 +521,15 @@ int Rendezvous::live_waiting_after(uint64_t round) {
   std::vector<std::string> beats;
   try {
     const health::ExclusionState excl = exclusions();
+    const std::optional<HostList> listed = allowed_hosts();
     const int64_t now_ms = now_unix_ms();
     for (const auto& v : client_.multi_get(recs, config_.heartbeat_interval)) {
       const JoinRecord r = JoinRecord::parse(v);
-      // An excluded spare is no capacity to grow onto.
-      if (!excl.excluded(r.host, now_ms)) beats.push_back(keys::heartbeat(r.node_id));
+      // An excluded spare, or one on an unlisted host, is no capacity to
+      // grow onto.
+      if (excl.excluded(r.host, now_ms)) continue;
+      if (listed && !listed->admits(r.host, r.local_world_size)) continue;
+      beats.push_back(keys::heartbeat(r.node_id));
     }
   } catch (const TimeoutError&) {
     return 0;  // one is still writing its record: count them at the next look

@@ -35,6 +35,7 @@
 #include "health/exclusion.hpp"
 #include "health/restart_policy.hpp"
 #include "health/straggler.hpp"
+#include "rendezvous/host_list.hpp"
 #include "rendezvous/records.hpp"
 
 namespace elasticrun::rendezvous {
@@ -79,6 +80,11 @@ struct RendezvousConfig {
   // Where the leader's observations and decisions, the closer's restart
   // decisions and exclusions are recorded (the agent's event log).
   events::EventLog* events = &events::EventLog::disabled();
+  // --host-discovery-script's hosts (agent/host_discovery.hpp): only
+  // agents on listed hosts are admitted, and a member whose host leaves
+  // the list is stopped (RoundWatch). Null: every host is allowed. Give
+  // the flag to every agent: whichever closes or leads a round asks it.
+  HostSource* hosts = nullptr;
 };
 
 // One node's place in a closed round.
@@ -131,6 +137,10 @@ class Rendezvous {
   // The same, counting only agents whose heartbeat is fresh: a spare that
   // died while waiting must not make the job grow.
   int live_waiting_after(uint64_t round);
+  // The hosts allowed now (config.hosts), published in the store when they
+  // change (keys::kAllowedHosts, for elasticctl status); nullopt without a
+  // discovery script.
+  std::optional<HostList> allowed_hosts();
   // Announce that this node leaves (spot notice); counted per round.
   void announce_leaving(uint64_t round);
   int leaving(uint64_t round);
@@ -177,6 +187,8 @@ class Rendezvous {
   struct Candidate;
   Assignment join_round(uint64_t round, bool released, bool& spare);
   void close_round(uint64_t round, int64_t my_index);
+  std::vector<Candidate> candidates(uint64_t round);
+  std::vector<Candidate> wait_for_listed(uint64_t round, std::vector<Candidate> recs);
   int wait_for_survivors(uint64_t round, int target, int survivors, Millis wait);
   std::optional<std::string> account_failure(uint64_t round, int lost);
   void wait_for_close(uint64_t round, int64_t my_index);
@@ -187,6 +199,7 @@ class Rendezvous {
   RendezvousConfig config_;
   StoreClient client_;
   std::optional<Assignment> last_;
+  std::optional<HostList> published_hosts_;  // what allowed_hosts() last wrote
   std::atomic<bool> cancelled_{false};
 };
 

@@ -143,6 +143,7 @@ void RoundWatch::lead(const std::vector<Member>& members, elastic::Policy& polic
     }
   }
   if (o.lost == 0 && end_for_straggler(samples, static_cast<int>(members.size()))) return;
+  if (o.lost == 0 && end_for_unlisted(members)) return;
   o.waiting = rdzv_->live_waiting_after(round);
   o.leaving = rdzv_->leaving(round);
   if (c.events->enabled()) {
@@ -249,6 +250,38 @@ bool RoundWatch::end_for_straggler(const std::vector<health::NodeSample>& sample
   r.reason = "the node " + verdict->host + " is excluded as a " + why;
   util::logger("rendezvous")->warn("round {}: {}; ending the round", round, r.reason);
   rdzv_->end_round(round, r);
+  return true;
+}
+
+// A member whose host the discovery script no longer lists leaves at an
+// agreed step, as on a graceful leave; every member rejoins (it too, to
+// wait as a spare until its host is listed again), so the next closer has
+// them all back at once, and a listed spare may take its place. True when
+// this ended the round.
+bool RoundWatch::end_for_unlisted(const std::vector<Member>& members) {
+  const std::optional<HostList> listed = rdzv_->allowed_hosts();
+  if (!listed) return false;
+  std::string gone;
+  for (const auto& m : members) {
+    if (!listed->find(m.host)) gone += (gone.empty() ? "" : ", ") + m.host;
+  }
+  if (gone.empty()) return false;
+  const auto& c = rdzv_->config();
+  const uint64_t round = options_.assignment.round;
+  EndRecord r;
+  r.kind = EndKind::kScaleDown;
+  r.target = static_cast<int>(members.size());
+  r.survivors = static_cast<int>(members.size());
+  r.wait = c.rejoin_timeout;
+  r.reason = "the host discovery script no longer lists " + gone;
+  util::logger("rendezvous")->warn("round {}: {}; ending the round", round, r.reason);
+  const bool took_effect = rdzv_->end_round(round, r).serialize() == r.serialize();
+  c.events->record(events::type::kPolicyDecision, {{"round", round},
+                                                   {"kind", to_string(r.kind)},
+                                                   {"nodes", members.size()},
+                                                   {"target", r.target},
+                                                   {"reason", r.reason},
+                                                   {"took_effect", took_effect}});
   return true;
 }
 

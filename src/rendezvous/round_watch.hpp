@@ -7,7 +7,9 @@
 //   scale / release); it feeds them to the elastic policy and, when the
 //   policy decides, ends the round with the decision. The members'
 //   heartbeats also carry their compute times: a straggler (health/
-//   straggler.hpp) is excluded and the round ends without it.
+//   straggler.hpp) is excluded and the round ends without it. With a host
+//   discovery script, a member whose host is no longer listed ends the
+//   round the same way, gracefully (scale down at an agreed step).
 // - A follower watches the leader's heartbeat and ends the round (replace)
 //   when it stops: a new leader comes out of the next round.
 //
@@ -58,6 +60,7 @@ class RoundWatch {
   void run();
   void lead(const std::vector<Member>& members, elastic::Policy& policy);
   bool end_for_straggler(const std::vector<health::NodeSample>& samples, int current);
+  bool end_for_unlisted(const std::vector<Member>& members);
   void follow();
 
   WatchOptions options_;

@@ -134,6 +134,8 @@ TEST_CASE("every elastic flag takes both spellings and has no PET_ fallback", "[
       {Flag::kMetricsPort, "9400"},
       {Flag::kSpotNoticeUrl, "http://127.0.0.1:1/notice"},
       {Flag::kSpotNoticeInterval, "0.5"},
+      {Flag::kHostDiscoveryScript, "/opt/discover-hosts.sh"},
+      {Flag::kHostDiscoveryInterval, "2.5"},
   };
   const std::string baseline = to_json(parse({"--rdzv-id", "x", "--rdzv-backend", "c10d"}));
   size_t seen = 0;

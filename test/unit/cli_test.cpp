@@ -46,6 +46,8 @@ const std::map<Flag, std::string> kSample = {
     {Flag::kMetricsPort, "9400"},
     {Flag::kSpotNoticeUrl, "http://127.0.0.1:1/notice"},
     {Flag::kSpotNoticeInterval, "0.5"},
+    {Flag::kHostDiscoveryScript, "/opt/discover-hosts.sh"},
+    {Flag::kHostDiscoveryInterval, "2.5"},
     {Flag::kHangTimeout, "120"},
     {Flag::kStartupTimeout, "600"},
     {Flag::kNonFiniteLoss, "off"},
@@ -170,6 +172,8 @@ TEST_CASE("the flag table holds every torchrun 2.15 flag, hyperpodrun's extras a
                                           "metrics_port",
                                           "spot_notice_url",
                                           "spot_notice_interval",
+                                          "host_discovery_script",
+                                          "host_discovery_interval",
                                           "hang_timeout",
                                           "startup_timeout",
                                           "non_finite_loss",
@@ -616,9 +620,10 @@ TEST_CASE("shutdown timeout and line prefix fall back to torchrun's variables", 
   CHECK(c.log_line_prefix_template == "x");
 }
 
-TEST_CASE("hyperpodrun's --inprocess-restart is taken from the flag or PET_; a fixed job notes "
-          "that it ignores it",
-          "[cli]") {
+TEST_CASE(
+    "hyperpodrun's --inprocess-restart is taken from the flag or PET_; a fixed job notes "
+    "that it ignores it",
+    "[cli]") {
   auto has_note = [](const LaunchConfig& c) {
     for (const auto& n : c.notes) {
       if (n.find("--inprocess-restart") != std::string::npos) return true;
