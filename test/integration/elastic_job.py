@@ -153,6 +153,20 @@ class Job:
             got = self.agents[n].wait(GEN_TIMEOUT_S)
             assert got == code, f"agent{n} exited {got}, expected {code}\n{self.agents[n].describe()}"
 
+    def stopped_together(self, old: int, old_world: int, new: int, new_world: int) -> int:
+        """Every rank of generation `old` stopped by itself (exit 0, told by
+        SIGUSR1 and the control block) at one step, from which every rank of
+        `new` resumed; returns that step (workers/elastic_sdk_worker.py)."""
+        stops = self.by_gen("stop")[old]
+        assert len(stops) == old_world, self.events()
+        assert len({e["step"] for e in stops}) == 1, stops
+        assert all(e["signal"] for e in stops), stops
+        starts = self.by_gen("start")[new]
+        assert len(starts) == new_world and {e["step"] for e in starts} == {stops[0]["step"]}, \
+            starts
+        assert not [e for e in self.events() if e["event"] == "mismatch"]
+        return stops[0]["step"]
+
     def check_generations(self) -> None:
         """Every generation: one WORLD_SIZE, ranks without duplicates or gaps
         (a generation cut short may lack ranks that never started, but one

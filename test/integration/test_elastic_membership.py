@@ -129,25 +129,11 @@ def test_too_few_agents_left_fail_the_job_after_the_join_timeout_with_a_clear_re
     job.check_generations()
 
 
-def assert_stopped_together(job: Job, old: int, old_world: int, new: int, new_world: int) -> int:
-    """Every rank of generation `old` stopped by itself (exit 0, told by
-    SIGUSR1 and the control block) at one step, from which every rank of
-    `new` resumed; returns that step."""
-    stops = job.by_gen("stop")[old]
-    assert len(stops) == old_world, job.events()
-    assert len({e["step"] for e in stops}) == 1, stops
-    assert all(e["signal"] for e in stops), stops
-    starts = job.by_gen("start")[new]
-    assert len(starts) == new_world and {e["step"] for e in starts} == {stops[0]["step"]}, starts
-    assert not [e for e in job.events() if e["event"] == "mismatch"]
-    return stops[0]["step"]
-
-
 def test_sdk_workers_stop_at_one_agreed_step_and_the_next_generation_resumes_from_it(
         procs, marker, elasticrun, tmp_path, store):  # noqa: F811
     job = Job(procs, marker, elasticrun, tmp_path, "2:3", f"127.0.0.1:{store}", worker=SDK_WORKER)
     g2, g3 = job.grow_from_two_to_three()
-    stop_step = assert_stopped_together(job, g2, 2, g3, 3)
+    stop_step = job.stopped_together(g2, 2, g3, 3)
     for n in (1, 2):
         assert f"every worker stops at step {stop_step}" in job.agents[n].stderr()
 
@@ -160,7 +146,7 @@ def test_sdk_workers_of_a_node_that_gets_sigterm_stop_with_the_others_at_one_agr
     # the agreed step and saves, and the two nodes left resume from there.
     job = Job(procs, marker, elasticrun, tmp_path, "2:3", f"127.0.0.1:{store}", worker=SDK_WORKER)
     g3, g2 = job.leave_from_three_to_two()
-    assert_stopped_together(job, g3, 3, g2, 2)
+    job.stopped_together(g3, 3, g2, 2)
     assert "this node leaves the job" in job.agents[3].stderr()
     job.finish({1: 0, 2: 0})
     job.check_generations()
