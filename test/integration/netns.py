@@ -66,14 +66,19 @@ def probe() -> str | None:
 
 
 class Network:
-    """Hosts 1..n on one bridge. Use as a context manager, or call close()."""
+    """Hosts 1..n on one bridge. Use as a context manager, or call close().
+    With `hub_host`, the hub itself is a host too: the bridge gets the
+    address hub_addr() and programs run in the hub reach every host."""
 
-    def __init__(self, hosts: int):
+    HUB = 254  # the hub's host number, when it is one
+
+    def __init__(self, hosts: int, hub_host: bool = False):
         suffix = uuid.uuid4().hex[:8]
         self.subnet = f"10.{random.randint(100, 254)}.{random.randint(0, 255)}"
         self.hub = f"{PREFIX}-hub-{suffix}"
         self.hosts = {i: f"{PREFIX}-h{i}-{suffix}" for i in range(1, hosts + 1)}
         self._made: list[str] = []
+        self.hub_host = hub_host
         try:
             self._build()
         except BaseException:
@@ -89,6 +94,8 @@ class Network:
         self._add(self.hub)
         _ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
         _ip("-n", self.hub, "link", "set", "br0", "up")
+        if self.hub_host:
+            _ip("-n", self.hub, "addr", "add", f"{self.hub_addr()}/24", "dev", "br0")
         for i, ns in self.hosts.items():
             self._add(ns)
             _ip("-n", self.hub, "link", "add", self.hub_port(i), "type", "veth",
@@ -102,6 +109,10 @@ class Network:
 
     def addr(self, i: int) -> str:
         return f"{self.subnet}.{i}"
+
+    def hub_addr(self) -> str:
+        assert self.hub_host, "Network(hub_host=True) gives the hub an address"
+        return self.addr(self.HUB)
 
     def hub_port(self, i: int) -> str:
         return f"h{i}"

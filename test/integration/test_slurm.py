@@ -1,6 +1,7 @@
 """elasticrun under a real SLURM (slurm_cluster.py: munged, slurmctld and
-slurmd on this machine, started here): `srun elasticrun --nproc-per-node 1
-train.py` needs no rendezvous flag, each task being one node of the job,
+slurmd started here, one node on this machine or two on hosts made of
+network namespaces): `srun elasticrun --nproc-per-node 1 train.py` needs
+no rendezvous flag, each task being one node of the job,
 and SLURM's preemption and time-limit signals (scancel's SIGTERM, the
 SIGUSR1 of --signal=USR1@60) stop every rank at one agreed step after its
 checkpoint. SLURM signals every process of a step, so the workers receive
@@ -8,11 +9,14 @@ the SIGTERM too (python/elasticrun/_leave.py)."""
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 from pathlib import Path
 
 import pytest
 
+import netns
 import step_log
 from conftest import Procs
 from elastic_job import PYTHON_SDK
@@ -29,14 +33,28 @@ TRAIN = Path(__file__).resolve().parents[2] / "examples" / "python" / "train_ela
 TASKS = 2
 
 
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
+@pytest.fixture(scope="module", params=["one-node", "two-hosts"])
+def slurm(request, tmp_path_factory):
+    """Both tasks on one node, or each on a node (a host) of its own."""
     procs = Procs(tmp_path_factory.mktemp("slurm-daemons"))
-    cluster = start_cluster(procs, tmp_path_factory.mktemp("slurm"))
-    yield cluster
-    cluster.stop()
-    left = procs.reap_all()
-    assert not left, left
+    net = None
+    if request.param == "two-hosts":
+        if why := netns.probe():
+            # CI runs as root: a skip there would hide a broken setup.
+            if os.environ.get("CI"):
+                pytest.fail(f"{why} (CI is set: the suite runs as root there)", pytrace=False)
+            pytest.skip(why)
+        net = netns.Network(TASKS, hub_host=True)
+    try:
+        cluster = start_cluster(procs, tmp_path_factory.mktemp("slurm"), net)
+        yield cluster
+        cluster.stop()
+        left = procs.reap_all()
+        assert not left, left
+    finally:
+        if net is not None:
+            killed = net.close()
+            assert not killed, killed
 
 
 def job_env(slurm, marker, tmp_path: Path) -> dict:  # noqa: F811
@@ -44,9 +62,15 @@ def job_env(slurm, marker, tmp_path: Path) -> dict:  # noqa: F811
                                   OMP_NUM_THREADS="1"))
 
 
-def train_command(elasticrun, tmp_path: Path, steps: int, *extra: str) -> list[str]:  # noqa: F811
-    return ["srun", "-n", str(TASKS), "-l", str(elasticrun), "--nproc-per-node", "1", str(TRAIN),
-            "--steps", str(steps), "--log", str(tmp_path / "log"), *extra]
+def allocation(slurm) -> list[str]:
+    """TASKS tasks spread over every node of the cluster."""
+    return ["-N", str(len(slurm.nodes)), "-n", str(TASKS)]
+
+
+def train_command(slurm, elasticrun, tmp_path: Path, steps: int,  # noqa: F811
+                  *extra: str) -> list[str]:
+    return ["srun", *allocation(slurm), "-l", str(elasticrun), "--nproc-per-node", "1",
+            str(TRAIN), "--steps", str(steps), "--log", str(tmp_path / "log"), *extra]
 
 
 def records(tmp_path: Path) -> dict[int, list[dict]]:
@@ -55,9 +79,9 @@ def records(tmp_path: Path) -> dict[int, list[dict]]:
 
 def test_srun_gives_the_rendezvous_each_task_one_node(procs, slurm, marker, elasticrun,
                                                       tmp_path):  # noqa: F811
-    run = procs.spawn(train_command(elasticrun, tmp_path, 8, "--step-s", "0.02", "--ckpt",
-                                    str(tmp_path / "ckpt")), "srun",
-                      env=job_env(slurm, marker, tmp_path))
+    run = procs.spawn(slurm.argv(*train_command(slurm, elasticrun, tmp_path, 8, "--step-s",
+                                                "0.02", "--ckpt", str(tmp_path / "ckpt"))),
+                      "srun", env=job_env(slurm, marker, tmp_path))
     assert run.wait(RUN_TIMEOUT_S) == 0, run.describe()
     out = run.stdout() + run.stderr()
     # Each agent says once what it read, and one of them hosts the store.
@@ -65,6 +89,9 @@ def test_srun_gives_the_rendezvous_each_task_one_node(procs, slurm, marker, elas
     assert len(read) == TASKS, out
     assert f"--rdzv-endpoint {slurm.node}:29400 (SLURM_STEP_NODELIST)" in read[0]
     assert out.count("hosting the rendezvous store on") == 1, out
+    # On the first node, on its address: the other node's agent and
+    # worker reach it across the hosts' network.
+    assert f"store listening on {slurm.addrs[0]}:29400" in out, out
     got = records(tmp_path)
     assert sorted(got) == [0, 1], out
     for rank, steps in got.items():
@@ -80,12 +107,12 @@ def test_a_preemption_signal_stops_every_rank_at_one_step_after_its_checkpoint(
     ckpt = tmp_path / "ckpt"
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/sh\n" + " ".join(
-        train_command(elasticrun, tmp_path, 100000, "--step-s", "0.05", "--ckpt", str(ckpt),
+        train_command(slurm, elasticrun, tmp_path, 100000, "--step-s", "0.05", "--ckpt", str(ckpt),
                       "--save-every", "100000")) + "\n")
     script.chmod(0o755)
     out = tmp_path / "job.out"
-    submit = procs.run(["sbatch", "--parsable", "-n", str(TASKS), "-o", out, script], "sbatch",
-                       timeout=30, env=job_env(slurm, marker, tmp_path))
+    submit = procs.run(slurm.argv("sbatch", "--parsable", *allocation(slurm), "-o", out, script),
+                       "sbatch", timeout=30, env=job_env(slurm, marker, tmp_path))
     assert submit.popen.returncode == 0, submit.describe()
     job = submit.stdout().strip().split(";")[0]
 
@@ -110,4 +137,16 @@ def test_a_preemption_signal_stops_every_rank_at_one_step_after_its_checkpoint(
     assert {r[-1]["step"] for r in got.values()} == {stop}, text
     assert (ckpt / f"step_{stop:09d}").is_dir(), sorted(p.name for p in ckpt.iterdir())
     # Every agent ends with the signal, as torchrun's exit status tells it.
-    assert f"tasks 0-1: Exited with exit code {128 + signal.Signals['SIG' + sig]}" in text, text
+    # ("tasks 0-1: ..." from one node, a line per task from two).
+    exits = re.findall(r"tasks? ([0-9,-]+): Exited with exit code (\d+)", text)
+    assert {int(code) for _, code in exits} == {128 + signal.Signals["SIG" + sig]}, text
+    assert sorted(task for tasks, _ in exits for task in expand(tasks)) == list(range(TASKS)), text
+
+
+def expand(tasks: str) -> list[int]:
+    """srun's task list ("0-1", "0,2-3") as numbers."""
+    out = []
+    for part in tasks.split(","):
+        first, _, last = part.partition("-")
+        out.extend(range(int(first), int(last or first) + 1))
+    return out
