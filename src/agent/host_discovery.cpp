@@ -165,18 +165,20 @@ HostDiscovery::~HostDiscovery() {
   if (thread_.joinable()) thread_.join();
 }
 
-rendezvous::HostList HostDiscovery::current() {
+std::optional<rendezvous::HostList> HostDiscovery::current() {
   std::unique_lock<std::mutex> lock(mu_);
   if (!last_run_ || Clock::now() - *last_run_ >= options_.interval) {
     wanted_ = true;
     cv_.notify_all();
   }
   if (runs_ == 0) {
-    // The first answer is worth waiting for: without it no host is allowed.
-    cv_.wait_for(lock, options_.timeout + std::chrono::seconds(1),
+    // The first answer is worth waiting for, a while: without it the
+    // rendezvous has only what other agents published. Not for as long as
+    // a hung script may take, which would hold up a new leader's watch.
+    cv_.wait_for(lock, std::min<std::chrono::milliseconds>(options_.timeout, kFirstWait),
                  [&] { return runs_ > 0 || stop_.load(); });
   }
-  return good_.value_or(rendezvous::HostList{});
+  return good_;
 }
 
 void HostDiscovery::run() {

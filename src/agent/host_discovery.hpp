@@ -16,7 +16,8 @@
 // due. Only the agents that close or lead a round ask. A run that fails
 // (exit status, a malformed line, past the timeout) is logged once per
 // distinct error and leaves the last good list in force; before the first
-// good run no host is allowed.
+// good run the rendezvous goes by the list another agent published in the
+// store, and without one allows no host.
 #pragma once
 
 #include <sys/types.h>
@@ -49,14 +50,16 @@ rendezvous::HostList run_discovery_script(const std::string& script,
 
 class HostDiscovery final : public rendezvous::HostSource {
  public:
+  static constexpr std::chrono::milliseconds kFirstWait{std::chrono::seconds(5)};
+
   explicit HostDiscovery(HostDiscoveryOptions options);  // starts the thread; runs nothing yet
   ~HostDiscovery();                                      // kills a run in progress and joins
   HostDiscovery(const HostDiscovery&) = delete;
   HostDiscovery& operator=(const HostDiscovery&) = delete;
 
-  // The last good list; the first call waits for the first run (up to the
-  // timeout).
-  rendezvous::HostList current() override;
+  // The last good list, none before a run succeeds; the first call waits
+  // for the first run, up to kFirstWait.
+  std::optional<rendezvous::HostList> current() override;
   std::chrono::milliseconds interval() const override { return options_.interval; }
 
  private:

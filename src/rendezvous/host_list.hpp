@@ -48,8 +48,10 @@ struct HostList {
 // the agent's main thread and its round watch both ask.
 class HostSource {
  public:
-  // The list in force. Never blocks longer than the source's own timeout.
-  virtual HostList current() = 0;
+  // The list in force; nullopt while the source has no good answer yet
+  // (its first run failed, or is still going after its timeout). Never
+  // blocks longer than the source's own timeout.
+  virtual std::optional<HostList> current() = 0;
   // How often asking again may give a different answer.
   virtual std::chrono::milliseconds interval() const = 0;
 

@@ -343,7 +343,7 @@ std::vector<Rendezvous::Candidate> Rendezvous::candidates(uint64_t round) {
     Candidate& c = recs[i];
     c.dead = heartbeat_stale(beats[i], now_ms, stale_after);
     c.excluded = !c.dead && excl.excluded(c.record.host, now_ms);
-    c.unlisted = listed && !listed->admits(c.record.host, c.record.local_world_size);
+    c.unlisted = !host_admitted(listed, c.record);
   }
   return recs;
 }
@@ -379,12 +379,25 @@ std::vector<Rendezvous::Candidate> Rendezvous::wait_for_listed(uint64_t round,
 
 std::optional<HostList> Rendezvous::allowed_hosts() {
   if (!config_.hosts) return std::nullopt;
-  HostList list = config_.hosts->current();
-  if (!published_hosts_ || !(*published_hosts_ == list)) {
-    client_.set(keys::kAllowedHosts, list.serialize());
+  std::optional<HostList> list = config_.hosts->current();
+  if (!list) {
+    if (!client_.check({keys::kAllowedHosts})) return std::nullopt;
+    try {
+      return HostList::parse(client_.get(keys::kAllowedHosts));
+    } catch (const ConfigError&) {
+      return std::nullopt;  // not written by an agent of ours
+    }
+  }
+  if (!published_hosts_ || !(*published_hosts_ == *list)) {
+    client_.set(keys::kAllowedHosts, list->serialize());
     published_hosts_ = list;
   }
   return list;
+}
+
+bool Rendezvous::host_admitted(const std::optional<HostList>& listed, const JoinRecord& r) const {
+  if (!config_.hosts) return true;
+  return listed && listed->admits(r.host, r.local_world_size);
 }
 
 // Later rounds: waits until every survivor of the round before is back and
@@ -528,7 +541,7 @@ int Rendezvous::live_waiting_after(uint64_t round) {
       // An excluded spare, or one on an unlisted host, is no capacity to
       // grow onto.
       if (excl.excluded(r.host, now_ms)) continue;
-      if (listed && !listed->admits(r.host, r.local_world_size)) continue;
+      if (!host_admitted(listed, r)) continue;
       beats.push_back(keys::heartbeat(r.node_id));
     }
   } catch (const TimeoutError&) {

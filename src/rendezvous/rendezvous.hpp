@@ -138,9 +138,13 @@ class Rendezvous {
   // died while waiting must not make the job grow.
   int live_waiting_after(uint64_t round);
   // The hosts allowed now (config.hosts), published in the store when they
-  // change (keys::kAllowedHosts, for elasticctl status); nullopt without a
-  // discovery script.
+  // change (keys::kAllowedHosts). While this agent's script has not
+  // answered yet (a leader that just took over), the list another agent
+  // published. nullopt without a discovery script, or when neither is
+  // known: the closer then admits no host, the leader ends no round.
   std::optional<HostList> allowed_hosts();
+  // Whether an agent of record `r` may be admitted, given allowed_hosts().
+  bool host_admitted(const std::optional<HostList>& listed, const JoinRecord& r) const;
   // Announce that this node leaves (spot notice); counted per round.
   void announce_leaving(uint64_t round);
   int leaving(uint64_t round);

@@ -127,12 +127,13 @@ TEST_CASE("the discovery flags need an elastic job", "[hosts]") {
 // A source the test sets by hand.
 class FakeHosts final : public elasticrun::rendezvous::HostSource {
  public:
+  FakeHosts() = default;  // no answer yet
   explicit FakeHosts(const std::string& text) : list_(HostList::parse(text)) {}
   void set(const std::string& text) {
     std::lock_guard<std::mutex> lock(mu_);
     list_ = HostList::parse(text);
   }
-  HostList current() override {
+  std::optional<HostList> current() override {
     std::lock_guard<std::mutex> lock(mu_);
     return list_;
   }
@@ -140,7 +141,7 @@ class FakeHosts final : public elasticrun::rendezvous::HostSource {
 
  private:
   std::mutex mu_;
-  HostList list_;
+  std::optional<HostList> list_;
 };
 
 }  // namespace
@@ -192,6 +193,25 @@ TEST_CASE("the closer admits only listed hosts and waits for enough of them", "[
   CHECK(agents[0]->live_waiting_after(1) == 1);
   agents[2]->cancel();
   CHECK_THROWS_AS(joins[2].get(), RendezvousClosed);
+
+  // An agent whose own script has not answered yet (a leader that just
+  // took over) goes by the list published in the store; it admits no one
+  // when there is none.
+  FakeHosts silent;
+  RendezvousConfig c = agents[0]->config();
+  c.node_id = "late";
+  c.hosts = &silent;
+  Rendezvous late(c);
+  CHECK(late.allowed_hosts() == hosts.current());
+  late.client().set("hosts/allowed", "");
+  CHECK(late.allowed_hosts() == HostList{});
+  late.client().delete_key("hosts/allowed");
+  CHECK_FALSE(late.allowed_hosts());
+  JoinRecord r;
+  r.host = "h0";
+  r.local_world_size = 1;
+  CHECK_FALSE(late.host_admitted(late.allowed_hosts(), r));
+  CHECK(agents[0]->host_admitted(agents[0]->allowed_hosts(), r));
 }
 
 }  // namespace elasticrun::rendezvous
