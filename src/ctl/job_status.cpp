@@ -135,6 +135,18 @@ std::string ranks_text(const MemberInfo& m) {
          std::to_string(m.rank_offset + m.agent.local_world_size - 1);
 }
 
+// The listed hosts, `host[:slots]`, the first few of a long list.
+std::string allowed_text(const rendezvous::HostList& list) {
+  constexpr size_t kShown = 8;
+  std::string out = plural(static_cast<int64_t>(list.hosts.size()), "host", "hosts");
+  for (size_t i = 0; i < list.hosts.size() && i < kShown; ++i) {
+    const auto& h = list.hosts[i];
+    out += (i == 0 ? ": " : ", ") + h.host + (h.slots ? ":" + std::to_string(*h.slots) : "");
+  }
+  if (list.hosts.size() > kShown) out += ", ...";
+  return out;
+}
+
 std::string or_unknown(const std::string& s) {
   return s.empty() ? "?" : s;
 }
@@ -229,6 +241,13 @@ JobStatus read_status(StoreClient& c, const JobAddress& job) {
       // Written by an agent of another version: shown without.
     }
   }
+  if (auto hosts = read_one(c, keys::kAllowedHosts)) {
+    try {
+      s.allowed_hosts = rendezvous::HostList::parse(*hosts);
+    } catch (const ConfigError&) {
+      // Not an agent's list: shown without.
+    }
+  }
   s.requests = to_int(read_one(c, keys::kRequestSeq).value_or("0")).value_or(0);
   s.handled = to_int(read_one(c, keys::kRequestsHandled).value_or("0")).value_or(0);
   return s;
@@ -265,6 +284,7 @@ std::string format_table(const JobStatus& s, std::chrono::system_clock::time_poi
     rows.push_back({"requests", std::to_string(s.requests) + " submitted, " +
                                     std::to_string(s.handled) + " handled"});
   }
+  if (s.allowed_hosts) rows.push_back({"listed", allowed_text(*s.allowed_hosts)});
   if (s.finished) rows.push_back({"finished", *s.finished});
   out += columns(rows);
   if (!s.excluded.empty()) {
@@ -292,8 +312,12 @@ std::string format_table(const JobStatus& s, std::chrono::system_clock::time_poi
   if (!s.waiting.empty()) {
     std::vector<std::vector<std::string>> table = {{"", "HOST", "NODE"}};
     for (const auto& a : s.waiting) {
-      table.push_back(
-          {a.released ? "released" : "joined", or_unknown(a.host), or_unknown(a.node_id)});
+      // An agent on a host the discovery script does not list waits there.
+      const bool unlisted = s.allowed_hosts && !s.allowed_hosts->admits(a.host, a.local_world_size);
+      table.push_back({a.released ? "released"
+                       : unlisted ? "unlisted"
+                                  : "joined",
+                       or_unknown(a.host), or_unknown(a.node_id)});
     }
     out += "\nagents in open round " + std::to_string(s.open_round) + ":\n" + columns(table);
   }
@@ -352,6 +376,14 @@ std::string format_json(const JobStatus& s) {
                         {"exclusions", e.exclusions},
                         {"reason", e.reason}});
   }
+  ordered_json allowed = nullptr;
+  if (s.allowed_hosts) {
+    allowed = ordered_json::array();
+    for (const auto& h : s.allowed_hosts->hosts) {
+      allowed.push_back(
+          {{"host", h.host}, {"slots", h.slots ? ordered_json(*h.slots) : ordered_json(nullptr)}});
+    }
+  }
   ordered_json finished = nullptr;
   if (s.finished) {
     const auto f = rendezvous::JobFinished::parse(*s.finished);
@@ -387,6 +419,7 @@ std::string format_json(const JobStatus& s) {
       {"policy", std::move(policy)},
       {"requests", {{"submitted", s.requests}, {"handled", s.handled}}},
       {"excluded", std::move(excluded)},
+      {"allowed_hosts", std::move(allowed)},
   };
   return j.dump(2) + "\n";
 }

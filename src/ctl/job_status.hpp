@@ -16,6 +16,7 @@
 #include "ctl/job_connection.hpp"
 #include "elastic/policy.hpp"
 #include "elasticrun/store_client.hpp"
+#include "rendezvous/host_list.hpp"
 #include "rendezvous/records.hpp"
 #include "rendezvous/rendezvous.hpp"
 
@@ -77,8 +78,11 @@ struct JobStatus {
   std::optional<std::string> policy_text;
   std::optional<elastic::PolicyState> policy;  // when policy_text parses
   std::vector<ExcludedNode> excluded;          // excluded now, from health/nodes
-  int64_t requests = 0;                        // ctl/seq
-  int64_t handled = 0;                         // ctl/handled
+  // The host discovery script's list in force (hosts/allowed); nullopt
+  // without a script, or before an agent published one.
+  std::optional<rendezvous::HostList> allowed_hosts;
+  int64_t requests = 0;  // ctl/seq
+  int64_t handled = 0;   // ctl/handled
 
   // "forming" (round 1 waits for agents), "running", "ending" (the round
   // ended, the next one forms), "not formed" (the last round failed to

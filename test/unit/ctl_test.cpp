@@ -128,6 +128,20 @@ TEST_CASE("status of a job whose first round forms shows the agents that joined"
   REQUIRE(s.joined == 1);
   REQUIRE(s.waiting.at(0).node_id == "node0");
   REQUIRE(nlohmann::json::parse(format_json(s))["round"].is_null());
+  REQUIRE(nlohmann::json::parse(format_json(s))["allowed_hosts"].is_null());
+
+  // With a host discovery script, the list in force; an agent on a host
+  // it leaves out is marked.
+  raw(store).set(rendezvous::keys::kAllowedHosts, "10.0.0.9:8\nnode7\n");
+  s = read_status(client, address(store));
+  REQUIRE(s.allowed_hosts);
+  const std::string table = format_table(s, std::chrono::system_clock::now());
+  REQUIRE_THAT(table, Catch::Contains("listed      2 hosts: 10.0.0.9:8, node7"));
+  REQUIRE_THAT(table, Catch::Contains("unlisted  10.0.0.0"));
+  const auto j = nlohmann::json::parse(format_json(s));
+  REQUIRE(j["allowed_hosts"][0]["host"] == "10.0.0.9");
+  REQUIRE(j["allowed_hosts"][0]["slots"] == 8);
+  REQUIRE(j["allowed_hosts"][1]["slots"].is_null());
   agents.rdzv[0]->cancel();
   REQUIRE_THROWS_AS(joining.get(), rendezvous::RendezvousClosed);
 }
