@@ -11,6 +11,7 @@
 #include "agent/dynamic_agent.hpp"
 #include "agent/fixed_agent.hpp"
 #include "agent/job_control.hpp"
+#include "agent/pid1_signals.hpp"
 #include "agent/worker_env.hpp"
 #include "control/control_block.hpp"
 #include "elasticrun/errors.hpp"
@@ -120,6 +121,7 @@ int run_node(const AgentConfig& config, events::EventLog& events, Serving& servi
   }
   // A worker's pipe closing must be an error code, not our death.
   ::signal(SIGPIPE, SIG_IGN);
+  end_on_signals_as_pid1(config.signals_to_handle);
   util::Status st = supervisor::become_subreaper();
   if (!st) log->warn("{}; orphaned grandchildren will not be reaped by the agent", st.message());
   // Where the machine lets us, each attempt's workers run in a cgroup below

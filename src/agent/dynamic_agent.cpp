@@ -8,6 +8,7 @@
 #include "agent/courier.hpp"
 #include "agent/embedded_store.hpp"
 #include "agent/failure_report.hpp"
+#include "agent/pid1_signals.hpp"
 #include "agent/round.hpp"
 #include "control/control_block.hpp"
 #include "elasticrun/errors.hpp"
@@ -108,6 +109,7 @@ class DynamicAgent {
       AttemptResult r =
           run_attempt(config_, node_, a, attempt, round, &round.inbox(), std::move(parked_));
       parked_ = std::move(r.parked);
+      end_on_signals_as_pid1(config_.signals_to_handle);  // the attempt's handlers are gone
       // What the attempt asked the courier to write (a failure's end
       // record) is in the store before this node looks at the round's end.
       courier_->drain();

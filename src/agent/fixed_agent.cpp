@@ -7,6 +7,7 @@
 #include "agent/embedded_store.hpp"
 #include "agent/failure_report.hpp"
 #include "agent/monitored_round.hpp"
+#include "agent/pid1_signals.hpp"
 #include "agent/static_restart.hpp"
 #include "elasticrun/errors.hpp"
 #include "elasticrun/store_client.hpp"
@@ -202,6 +203,7 @@ int run_fixed(const AgentConfig& config, const NodeContext& node) {
     std::unique_ptr<StaticRestarts::Watch> watch;
     if (restarts) watch = std::make_unique<StaticRestarts::Watch>(*restarts, restart, inbox);
     AttemptResult r = run_attempt(config, node, a, restart, round, &inbox);
+    end_on_signals_as_pid1(config.signals_to_handle);  // the attempt's handlers are gone
     watch.reset();
     if (r.outcome == Outcome::kSucceeded) {
       exit_barrier(config, job_store_port);

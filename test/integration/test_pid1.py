@@ -17,6 +17,7 @@ import pytest
 from launcher_fixtures import (
     RUN_TIMEOUT_S,
     elasticrun,  # noqa: F401 (fixture)
+    free_port,
     launcher_env,
     marker,  # noqa: F401 (fixture)
     wait_for,
@@ -62,12 +63,18 @@ def children(pid: int) -> list[tuple[int, str]]:
     return out
 
 
-def test_as_pid_1_it_reaps_orphans_forwards_sigterm_and_exits_as_torchrun(
-        procs, marker, elasticrun, tmp_path):  # noqa: F811
+@pytest.fixture
+def script(tmp_path):
+    """WORKER, where a PID namespace can be made."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("a PID namespace needs root and unshare")
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
+    path = tmp_path / "worker.py"
+    path.write_text(WORKER)
+    return path
+
+
+def test_as_pid_1_it_reaps_orphans_forwards_sigterm_and_exits_as_torchrun(
+        procs, marker, elasticrun, tmp_path, script):  # noqa: F811
     out = tmp_path / "out"
     out.mkdir()
     run = procs.spawn(["unshare", "--pid", "--fork", "--mount-proc", elasticrun, "--standalone",
@@ -86,3 +93,20 @@ def test_as_pid_1_it_reaps_orphans_forwards_sigterm_and_exits_as_torchrun(
     assert run.wait(RUN_TIMEOUT_S) == 128 + signal.SIGTERM, run.describe()
     assert sorted(p.name for p in out.glob("term.*")) == ["term.0", "term.1"], run.describe()
     assert "SIGTERM" in run.stderr(), run.describe()
+
+
+def test_as_pid_1_a_sigterm_while_it_waits_in_the_rendezvous_ends_it(
+        procs, marker, elasticrun, tmp_path, script):  # noqa: F811
+    # The kernel drops PID 1's signals that have no handler: between
+    # attempts (no workers yet, or a spare) the agent must still go on
+    # `docker stop`, not at the runtime's SIGKILL.
+    run = procs.spawn(["unshare", "--pid", "--fork", "--mount-proc", elasticrun, "--nnodes", "2",
+                       "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                       f"127.0.0.1:{free_port()}", script], "pid1",
+                      env=launcher_env(marker, tmp_path / "tmp", OUT=str(tmp_path)))
+    wait_for(lambda: "hosting the rendezvous store" in run.stderr(),
+             "the agent to wait for a second node", proc=run)
+    init = wait_for(lambda: next((p for p, _ in children(run.pid)), None), "PID 1", proc=run)
+    os.kill(init, signal.SIGTERM)
+    assert run.wait(10) == 128 + signal.SIGTERM, run.describe()
+    assert "signal 15 with no workers running" in run.stderr(), run.describe()

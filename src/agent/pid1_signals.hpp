@@ -1,0 +1,24 @@
+// PID 1 of a PID namespace (a container's entrypoint, elasticrun without an
+// init shim) is sent only the signals it has a handler for: the kernel
+// drops the others, default action or not. While an attempt runs the
+// agent handles --signals-to-handle (handled_signals.hpp); between
+// attempts, as it waits in the rendezvous, it has no handler, so as PID 1
+// a `docker stop` or a pod's deletion would be ignored until the runtime's
+// SIGKILL.
+#pragma once
+
+#include <vector>
+
+namespace elasticrun::agent {
+
+// As PID 1, makes each of `signals` end the agent as its default action
+// would elsewhere: it exits 128 + the signal (what a shell reports for a
+// process the signal killed, and torchrun's status). Elsewhere it does
+// nothing, so every other agent keeps the kernel's default action.
+//
+// libuv's signal watchers replace this handler while an attempt runs and
+// leave the default action behind when they stop: call it before every
+// wait outside an attempt.
+void end_on_signals_as_pid1(const std::vector<int>& signals);
+
+}  // namespace elasticrun::agent
