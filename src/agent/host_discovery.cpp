@@ -208,9 +208,11 @@ void HostDiscovery::finish_run(std::optional<rendezvous::HostList> list, const s
   ++runs_;
   if (!list) {
     if (error != last_error_ && !stop_.load()) {
-      log->warn("--host-discovery-script {}: {}; {}", options_.script, error,
-                good_ ? "the hosts it listed last stay in force: " + names(*good_)
-                      : std::string("no host is allowed until it answers"));
+      log->warn(
+          "--host-discovery-script {}: {}; {}", options_.script, error,
+          good_ ? "the hosts it listed last stay in force: " + names(*good_)
+                : std::string(
+                      "until it answers, the list another agent published is in force, if any"));
     }
     last_error_ = error;
     return;
