@@ -131,7 +131,7 @@ class Attempt final : public AttemptControl,
     delegate_ = &delegate;
     inbox_ = inbox;
     fault_stacks_.renew(std::move(stack_files));
-    stopping_ = done_ = parked_ = false;
+    stopping_ = agreed_stop_ = done_ = parked_ = false;
     outcome_ = Outcome::kSucceeded;
     failures_.clear();
     stop_reason_.reset();
@@ -162,7 +162,7 @@ class Attempt final : public AttemptControl,
       log_->info("{} parked worker(s) told to exit: {}", group_.running(), reason);
       dismiss_parked(*node_.control, reason);
       // The last round's stop is over: this one needs its own kill timer.
-      stopping_ = done_ = parked_ = false;
+      stopping_ = agreed_stop_ = done_ = parked_ = false;
       dismissing_ = true;
       stop(0, Outcome::kStopped, config_.shutdown_timeout);
       on_child();
@@ -321,6 +321,7 @@ class Attempt final : public AttemptControl,
   // SignalTarget: what the handled signals do (handled_signals.hpp).
   bool node_leaves(int sig) override { return delegate_->on_signal(sig); }
   bool stopping() const override { return stopping_; }
+  bool stopping_at_agreed_step() const override { return stopping_ && agreed_stop_; }
   bool stopped_by_signal() const override { return outcome_ == Outcome::kSignaled; }
   void forward(int sig) override { group_.signal_all(sig); }
   void kill_workers() override { group_.signal_all(SIGKILL); }
@@ -369,6 +370,7 @@ class Attempt final : public AttemptControl,
     stop_reason_ = reason;
     log_->info("stopping the workers: {}", reason);
     if (delegate_->tell_stop(group_)) {
+      agreed_stop_ = true;
       stop(0, Outcome::kStopped, config_.graceful_shutdown_timeout);
       kill_stopped();  // it would reach no agreed step, nor park
     } else {
@@ -484,6 +486,7 @@ class Attempt final : public AttemptControl,
   RescueWindow rescue_{&loop_, group_, config_.shutdown_signal};  // after a failure
   HandledSignals signals_{config_.signals_to_handle, config_.graceful_shutdown_timeout, *this};
   bool stopping_ = false;
+  bool agreed_stop_ = false;  // stopping_ at an agreed step (request_stop, tell_stop true)
   bool done_ = false;
   bool parked_ = false;      // done_, with every running worker parked
   bool dismissing_ = false;  // parked workers told to exit

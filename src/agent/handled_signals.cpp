@@ -8,7 +8,7 @@
 namespace elasticrun::agent {
 
 SignalAction decide_signal(int signo, const SignalState& s) {
-  if (s.first && s.node_leaves && !s.stopping) return SignalAction::kLeave;
+  if (s.first && s.node_leaves && (!s.stopping || s.at_agreed_step)) return SignalAction::kLeave;
   if (s.stopping && s.stopped_by_signal) {
     return signo == SIGINT ? SignalAction::kKill : SignalAction::kForward;
   }
@@ -41,6 +41,7 @@ void HandledSignals::on_signal(int signo) {
   state.first = stop_signal_ == 0;
   state.stopping = target_.stopping();
   state.stopped_by_signal = target_.stopped_by_signal();
+  state.at_agreed_step = target_.stopping_at_agreed_step();
   state.node_leaves = state.first && target_.node_leaves(signo);
   const std::string name = supervisor::signal_name(signo);
   switch (decide_signal(signo, state)) {

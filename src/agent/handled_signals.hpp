@@ -4,7 +4,10 @@
 // - The first one, when the round's delegate says it means "this node
 //   leaves" (the dynamic agent): the round ends and the workers stop at
 //   the step the nodes agree on. The signal is forwarded after all if no
-//   stop comes within --graceful-shutdown-timeout.
+//   stop comes within --graceful-shutdown-timeout. When the workers are
+//   stopping at an agreed step already (another node's leave: a
+//   preemption's signals reach the nodes milliseconds apart), it is a
+//   leave too: they go on to that step, and this node does not rejoin.
 // - Otherwise it is forwarded to every worker and the run ends with it
 //   (exit status 128 + signal); a stop already under way (a failure, a
 //   round that ended) turns into this one.
@@ -35,6 +38,7 @@ struct SignalState {
   bool first = true;               // no handled signal arrived before
   bool node_leaves = false;        // the delegate: it means "this node leaves"
   bool stopping = false;           // the workers were told to stop
+  bool at_agreed_step = false;     // ... at the step the nodes agree on
   bool stopped_by_signal = false;  // ... by a forwarded signal (the grace)
 };
 
@@ -46,6 +50,8 @@ class SignalTarget {
   // Asked of the first signal only, forwarded or not: whether the node leaves.
   virtual bool node_leaves(int signo) = 0;
   virtual bool stopping() const = 0;
+  // The workers were told to stop at an agreed step (not after a failure).
+  virtual bool stopping_at_agreed_step() const = 0;
   virtual bool stopped_by_signal() const = 0;
   // Forwards signo to every worker and stops them; the run ends with it.
   virtual void stop_with(int signo) = 0;

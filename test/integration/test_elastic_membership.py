@@ -17,6 +17,7 @@ Windows are shortened through flags (heartbeats of 0.2 s, a scaling timeout of
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
@@ -179,3 +180,33 @@ def test_a_flapping_agent_meets_growing_stable_periods_instead_of_a_restart_stor
     job.wait_steady(2, after_gen=last - 1) if job.by_gen("start")[last][0]["world"] == 2 else None
     job.finish({1: 0, 2: 0})
     job.check_generations()
+
+
+def test_a_node_signalled_while_its_workers_stop_for_another_leave_stops_with_them(
+        procs, marker, elasticrun, tmp_path, store):  # noqa: F811
+    # A preemption signals every node, and under SLURM every worker too, a
+    # few milliseconds apart: the second node's SIGTERM comes while its
+    # workers already stop at the step agreed for the first node's leave.
+    # That is its leave as well: its worker, signalled directly, goes on to
+    # the agreed step rather than get a second SIGTERM from its agent.
+    job = Job(procs, marker, elasticrun, tmp_path, "1:2", f"127.0.0.1:{store}", worker=SDK_WORKER)
+    job.start_agent(1)
+    job.start_agent(2)
+    g = job.wait_steady(2)
+    first, second = 2, 1
+    worker_of = {e["agent"]: e["pid"] for e in job.by_gen("start")[g]}
+
+    def preempt(n: int) -> None:
+        os.kill(worker_of[job.agents[n].pid], signal.SIGTERM)
+        job.agents[n].popen.send_signal(signal.SIGTERM)
+
+    preempt(first)
+    wait_for(lambda: "stopping the workers: the round ended" in job.agents[second].stderr(),
+             "the other node to stop its workers for the leave", timeout=GEN_TIMEOUT_S)
+    preempt(second)
+    for n in (1, 2):
+        assert job.agents[n].wait(GEN_TIMEOUT_S) == 128 + signal.SIGTERM, job.agents[n].describe()
+    stops = job.by_gen("stop")[g]
+    assert len(stops) == 2 and len({e["step"] for e in stops}) == 1, job.events()
+    assert "this node leaves the job" in job.agents[second].stderr()
+    assert "forwarding it" not in job.agents[second].stderr(), job.agents[second].describe()

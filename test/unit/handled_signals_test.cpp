@@ -17,8 +17,14 @@ TEST_CASE("the first signal is forwarded and stops the workers, unless it means 
   SignalState leaves;
   leaves.node_leaves = true;
   CHECK(decide_signal(SIGTERM, leaves) == SignalAction::kLeave);
-  // Not while the workers stop already (a failure): the run ends with it.
+  // While the workers stop at an agreed step (another node left first: a
+  // preemption reaches the nodes milliseconds apart), a leave too: they go
+  // on to that step rather than get a second SIGTERM from the agent.
   leaves.stopping = true;
+  leaves.at_agreed_step = true;
+  CHECK(decide_signal(SIGTERM, leaves) == SignalAction::kLeave);
+  // Not while they stop after a failure: the run ends with it.
+  leaves.at_agreed_step = false;
   CHECK(decide_signal(SIGTERM, leaves) == SignalAction::kForwardAndStop);
 }
 
