@@ -7,6 +7,11 @@ once across resizes; sharded checkpoints that load at any world size, the
 periodic ones written in the background (--sync-save: in the loop); and a
 stop at the step every rank agreed on when elasticrun resizes the job.
 
+Under elasticrun every save also goes to the node's memory tier (shared
+memory its agent holds, docs/memory-tier.md), and a restart resumes from
+there; without --ckpt the memory tier is the only copy, so the job needs no
+shared storage.
+
 When a rank dies, a surviving rank saves the state of the last step it
 completed (CheckpointManager.rescue: under DDP every rank holds all of it),
 and the restart resumes there rather than at the last periodic checkpoint;
@@ -78,7 +83,9 @@ def synthetic_data(n: int, features: int, seed: int):
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--ckpt", type=Path, required=True, help="checkpoint directory shared by all nodes")
+    p.add_argument("--ckpt", type=Path,
+                   help="checkpoint directory shared by all nodes; without one, under elasticrun, "
+                        "the state is kept in the nodes' memory tier only")
     p.add_argument("--steps", type=int, default=200, help="optimizer steps in all")
     p.add_argument("--global-batch", type=int, default=48)
     p.add_argument("--micro-batches", default="4,6,8", help="allowed micro-batch sizes")

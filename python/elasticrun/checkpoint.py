@@ -54,6 +54,20 @@ published by a rename like a checkpoint. The next load() resumes from the
 newest complete rescue newer than ``latest``: rank 0 publishes it as
 ``step_<n>``, so ``latest`` names it from then on. rescue() refuses sharded
 state (FSDP, tensor parallelism): no single rank holds all of it.
+
+Under elasticrun the node's memory tier (memory.py, docs/memory-tier.md)
+comes first: every save, background or not, also writes the state into
+shared memory that the node's agent holds (one rank per node writes it,
+without a collective), and a rescue goes there instead of to the
+directory, written by one rank of each node. load() takes the newest of
+the memory tier and the directory, the memory tier at equal steps; a node
+that lacks the job's newest snapshot (it replaces a lost one) has it
+fetched from a peer by its agent before its workers start. With no
+directory at all (``CheckpointManager(None)``) the memory tier is the only
+one: a job without shared storage survives the loss of a node while one
+node that holds the newest snapshot survives. The memory tier refuses
+sharded state as rescue() does (for now): such a state goes only to the
+directory.
 """
 
 from __future__ import annotations
@@ -72,6 +86,8 @@ import uuid
 import warnings
 from pathlib import Path
 from typing import Any, Optional
+
+from .memory import MemoryTier, snapshot_name, step_of
 
 _STEP_DIR = re.compile(r"^step_(\d{9})$")
 _RESCUE_DIR = re.compile(r"^rescue_(\d{9})\.r(\d+)$")
@@ -159,11 +175,23 @@ _ABANDON_WAIT_S = 10.0
 
 
 class CheckpointManager:
-    def __init__(self, root: str | os.PathLike, keep: int = 3):
+    def __init__(self, root: Optional[str | os.PathLike], keep: int = 3,
+                 memory: Optional[bool] = None):
+        """root: the checkpoint directory shared by all nodes, or None to keep
+        the state in the memory tier only. memory: whether saves go to the
+        agent's memory tier too; None: when there is one (under elasticrun)."""
         if keep < 1:
             raise ValueError(f"keep must be at least 1, not {keep}")
-        self.root = Path(root)
+        self.root = Path(root) if root is not None else None
         self.keep = keep
+        self.memory: Optional[MemoryTier] = MemoryTier.from_env() if memory is not False else None
+        if memory and self.memory is None:
+            raise RuntimeError("elasticrun: memory=True, but no memory tier: run under elasticrun "
+                               "(which names it in ELASTICRUN_MEMORY_DIR)")
+        if self.root is None and self.memory is None:
+            raise RuntimeError("elasticrun: no checkpoint directory and no memory tier (there is "
+                               "one only under elasticrun): nothing to save the state to")
+        self._sharded_warned = False
         # Shared by the ranks of one set of workers (rank 0 draws it in
         # load()): the namespace of their rescue claims in the store.
         self._attempt: Optional[str] = None
@@ -181,6 +209,8 @@ class CheckpointManager:
 
     def latest(self) -> Optional[Path]:
         """The published checkpoint `latest` names, or None."""
+        if self.root is None:
+            return None
         try:
             name = (self.root / LATEST).read_text().strip()
         except FileNotFoundError:
@@ -191,13 +221,13 @@ class CheckpointManager:
 
     def published(self) -> list[Path]:
         """Published checkpoints, oldest first."""
-        if not self.root.is_dir():
+        if self.root is None or not self.root.is_dir():
             return []
         return sorted(p for p in self.root.iterdir() if _STEP_DIR.match(p.name) and p.is_dir())
 
     def rescues(self) -> list[Path]:
         """Complete rescues, oldest step first (see rescue())."""
-        if not self.root.is_dir():
+        if self.root is None or not self.root.is_dir():
             return []
         found = [p for p in self.root.iterdir()
                  if _RESCUE_DIR.match(p.name) and (p / _METADATA).is_file()]
@@ -208,22 +238,29 @@ class CheckpointManager:
     def save(self, step: int, model, optimizer=None, scheduler=None,
              extra: Optional[dict[str, Any]] = None) -> Path:
         """Writes this rank's shard of step `step` and publishes the
-        checkpoint once every rank has written. Returns its directory."""
+        checkpoint once every rank has written; with the memory tier, writes
+        this node's snapshot of it first. Returns the checkpoint's directory
+        (without one, the node's snapshot)."""
         import torch.distributed.checkpoint as dcp
 
         from . import section
 
         self.wait()
-        final, partial = self._paths(step)
         rank = _group_rank()
         # For the agent: a save is no hang however long it takes, and its
         # length goes in the event log (a section named "ckpt").
         with section("ckpt"):
+            state = self._state(model, optimizer, scheduler, extra, step)
+            snapshot = self._snapshot(step, state)
+            if self.root is None:
+                _barrier()  # every node's snapshot is written when save() returns
+                return snapshot
+            final, partial = self._paths(step)
             if rank == 0:
                 self.root.mkdir(parents=True, exist_ok=True)
                 shutil.rmtree(partial, ignore_errors=True)  # a crash of an earlier save
             _barrier()
-            dcp.save(self._state(model, optimizer, scheduler, extra, step), checkpoint_id=partial)
+            dcp.save(state, checkpoint_id=partial)
             _barrier()
             if rank == 0:
                 self._publish(step)
@@ -247,11 +284,16 @@ class CheckpointManager:
         from . import section
 
         self.wait()
-        final, partial = self._paths(step)
         rank = _group_rank()
-        if rank == 0:
-            self.root.mkdir(parents=True, exist_ok=True)
-        group = self._async_group()
+        state = self._state(model, optimizer, scheduler, extra, step)
+        to_memory = self._writes_snapshot(state)
+        if self.root is None and not to_memory:
+            return  # another rank of this node writes its snapshot
+        if self.root is not None:
+            final, partial = self._paths(step)
+            if rank == 0:
+                self.root.mkdir(parents=True, exist_ok=True)
+            group = self._async_group()
         # Every option off: a plain synchronous copy, so the optimizer's next
         # step cannot change what is written. The copy is the loop's part
         # (a section "ckpt" for the agent); the writing that follows runs
@@ -259,11 +301,14 @@ class CheckpointManager:
         stager = DefaultStager(StagingOptions(False, False, False, False))
         try:
             with section("ckpt"):
-                copy = stager.stage(self._state(model, optimizer, scheduler, extra, step))
+                copy = stager.stage(state)
         finally:
             stager.close()
 
         def write() -> Path:
+            snapshot = self.memory.write(step, _rank(), copy) if to_memory else None
+            if self.root is None:
+                return snapshot
             # A .partial of this step left by a crash is written over: DCP
             # reads only the files its new .metadata names. Not removed
             # first: another rank may be writing into it already.
@@ -286,6 +331,35 @@ class CheckpointManager:
         Raises the save's error."""
         future, self._in_flight = self._in_flight, None
         return future.result() if future is not None else None
+
+    def _writes_snapshot(self, state: dict) -> bool:
+        """Whether this rank writes its node's memory snapshot of `state`:
+        local rank 0, when there is a tier and the state is not sharded (then
+        every rank holds all of it, and one copy per node is enough)."""
+        if self.memory is None or int(os.environ.get("LOCAL_RANK", "0")) != 0:
+            return False
+        sharded = _sharded_tensors(state)
+        if not sharded:
+            return True
+        if self.root is None:
+            raise RuntimeError(f"elasticrun: the state is sharded ({sharded[0]} holds only this "
+                               f"rank's part), which the memory tier does not keep yet; give "
+                               f"CheckpointManager a checkpoint directory")
+        if not self._sharded_warned:
+            self._sharded_warned = True
+            print(f"elasticrun.checkpoint: the state is sharded ({sharded[0]} holds only this "
+                  f"rank's part): it goes to {self.root} only, not to the memory tier",
+                  file=sys.stderr, flush=True)
+        return False
+
+    def _snapshot(self, step: int, state: dict) -> Optional[Path]:
+        """save()'s part in the memory tier: this node's snapshot of `step`,
+        written by local rank 0. Returns it (None without the tier)."""
+        if self.memory is None:
+            return None
+        if self._writes_snapshot(state):
+            return self.memory.write(step, _rank(), state)
+        return self.memory.root / snapshot_name(step, _rank() - int(os.environ.get("LOCAL_RANK", "0")))
 
     def _paths(self, step: int) -> tuple[Path, Path]:
         name = f"step_{step:09d}"
@@ -376,18 +450,29 @@ class CheckpointManager:
         # if there is a newer one); the others take its word, so every rank
         # loads the same checkpoint even where a shared file system shows
         # them the directory at different moments.
-        choice: list[Any] = [None, None]
+        # The memory tier's snapshot wins at equal steps: it is the faster
+        # read. Only a step that every node holds a snapshot of will do (its
+        # agent fetches the job's newest before the workers start, but a
+        # static job's agents fetch nothing): the newest such step.
+        steps = self._memory_steps_everywhere()
+        choice: list[Any] = [None, None, None]
         if _group_rank() == 0:
-            chosen = self._adopt_rescue()
-            choice = [chosen.name if chosen is not None else None, uuid.uuid4().hex]
+            chosen = self._adopt_rescue() if self.root is not None else None
+            if steps and max(steps) >= _step_of(chosen):
+                # By step: each node holds its own rank's snapshot of it.
+                choice = ["memory", max(steps), uuid.uuid4().hex]
+            else:
+                choice = ["disk", chosen.name if chosen is not None else None, uuid.uuid4().hex]
         if dist.is_initialized():
             dist.broadcast_object_list(choice, src=0)
-        name, self._attempt = choice
+        tier, name, self._attempt = choice
         if name is None:
             return None
-        path = self.root / name
         state = self._state(model, optimizer, scheduler, None, 0)
-        dcp.load(state, checkpoint_id=path)
+        if tier == "memory":
+            self.memory.load(name, state)  # name: the step
+        else:
+            dcp.load(state, checkpoint_id=self.root / name)
         set_state_dict(model, optimizer if optimizer is not None else [],
                        model_state_dict=state["model"],
                        optim_state_dict=state.get("optim", {}))
@@ -396,6 +481,20 @@ class CheckpointManager:
         out = json.loads(state["extra"])
         out["step"] = int(state["step"])
         return out
+
+    def _memory_steps_everywhere(self) -> set[int]:
+        """The steps of which every rank's node holds a memory snapshot (a
+        collective when there is a process group)."""
+        import torch.distributed as dist
+
+        if self.memory is None:  # then on every rank: no collective
+            return set()
+        mine = {step_of(p.name) for p in self.memory.snapshots()}
+        if not dist.is_initialized():
+            return mine
+        every: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(every, sorted(mine))
+        return set.intersection(*(set(x) for x in every))
 
     def rescue(self, step: int, model, optimizer=None, scheduler=None,
                extra: Optional[dict[str, Any]] = None) -> Optional[Path]:
@@ -406,7 +505,8 @@ class CheckpointManager:
         state (FSDP, DTensor) is refused. Returns the rescue's directory, or
         None when nothing was written: the step is not newer than the
         latest checkpoint, the state is sharded, or another rank claimed
-        the step. SIGTERM and SIGINT wait until it returns."""
+        the step. SIGTERM and SIGINT wait until it returns. With the memory
+        tier the rescue goes there, one rank of each node writing it."""
         import torch.distributed.checkpoint as dcp
 
         rank = _rank()
@@ -414,6 +514,8 @@ class CheckpointManager:
             newest = _step_of(self.latest())
         except RuntimeError:
             newest = 0
+        if self.memory is not None:
+            newest = max(newest, self.memory.newest_step())
         if step <= newest:
             return None
         state = self._state(model, optimizer, scheduler, extra, step)
@@ -430,6 +532,13 @@ class CheckpointManager:
         elasticrun.stopped()
         if not self._claim(step, rank):
             return None
+        if self.memory is not None:
+            with _stop_signals_deferred():
+                final = self.memory.write(step, rank, state)
+            elasticrun.saved()
+            print(f"elasticrun.checkpoint: rank {rank}: rescued step {step} to the memory tier "
+                  f"({final})", file=sys.stderr, flush=True)
+            return final
         name = f"rescue_{step:09d}.r{rank}"
         final, partial = self.root / name, self.root / (name + ".partial")
         with _stop_signals_deferred():
@@ -450,9 +559,10 @@ class CheckpointManager:
 
     def _claim(self, step: int, rank: int) -> bool:
         """Whether this rank writes the rescue of `step`: the first of this set
-        of workers to claim it in the job's store does. Without an answer
-        from the store every rank writes its own, which costs space, never
-        the rescue."""
+        of workers to claim it in the job's store does (of this node's, with
+        the memory tier: each node keeps its own). Without an answer from
+        the store every rank writes its own, which costs space, never the
+        rescue."""
         if self._attempt is None:
             return True
         try:
@@ -462,6 +572,8 @@ class CheckpointManager:
         except Exception:  # no process group, or a PyTorch without it
             return True
         key = f"elasticrun/rescue/{self._attempt}/{step}"
+        if self.memory is not None:
+            key += f"/node{os.environ.get('GROUP_RANK', '0')}"
         try:
             previous = store.timeout
             store.set_timeout(_CLAIM_TIMEOUT)

@@ -135,8 +135,21 @@ int run_node(const AgentConfig& config, events::EventLog& events, Serving& servi
         "{}: workers run without a cgroup, and what they leave behind is found as our orphans",
         cg.status().message());
   }
+  // The memory tier: snapshots the workers save, held here so that they
+  // outlive the workers (docs/memory-tier.md). Removed when the agent ends,
+  // by the death watch when it is killed.
+  std::unique_ptr<memory::Tier> tier;
+  if (config.memory_tier) {
+    try {
+      tier = memory::Tier::create(memory::Tier::default_base(fs::temp_directory_path()),
+                                  config.memory_tier_limit);
+      log->debug("memory tier in {}, at most {} bytes", tier->path().string(), tier->limit());
+    } catch (const Error& e) {
+      log->warn("{}; workers save no snapshot to memory", e.what());
+    }
+  }
   supervisor::DeathWatch watch;
-  st = watch.start(&job_cgroup);
+  st = watch.start(&job_cgroup, tier ? tier->path().string() : std::string());
   if (!st) log->warn("{}; workers' descendants may outlive a killed agent", st.message());
 
   NodeContext node;
@@ -186,6 +199,11 @@ int run_node(const AgentConfig& config, events::EventLog& events, Serving& servi
   } else {
     log->warn("{}; workers will not see scale events in advance, and their progress is not watched",
               cb.status().message());
+  }
+  if (tier) {
+    node.base["ELASTICRUN_MEMORY_DIR"] = tier->path().string();
+    node.base["ELASTICRUN_MEMORY_LIMIT"] = std::to_string(tier->limit());
+    node.memory = tier.get();
   }
   // Removed however the run ends; the workers that still map it keep their mapping.
   struct Unlink {

@@ -131,6 +131,10 @@ struct AgentConfig {
   SpotNoticeOptions spot_notice;
   // --host-discovery-script (dynamic jobs); no script: every host allowed.
   HostDiscoveryOptions host_discovery;
+  // --memory-tier-limit (docs/memory-tier.md): the node's memory tier holds
+  // at most this (nullopt: what its file system has free); off: no tier.
+  bool memory_tier = true;
+  std::optional<uint64_t> memory_tier_limit;
   // One-line notes printed once before the workers start.
   std::vector<std::string> notes;
   // Set in every worker's (and hook's) environment on top of the agent's own.

@@ -25,6 +25,7 @@
 #include "agent/worker_env.hpp"
 #include "control/control_block.hpp"
 #include "health/fault.hpp"
+#include "memory/tier.hpp"
 #include "serve/metrics.hpp"
 #include "supervisor/cgroup.hpp"
 #include "supervisor/death_watch.hpp"
@@ -149,6 +150,9 @@ struct NodeContext {
   events::EventLog* events = &events::EventLog::disabled();
   // The node's Prometheus metrics, or null where the agent serves none.
   serve::AgentMetrics* metrics = nullptr;
+  // The node's memory tier (docs/memory-tier.md; ELASTICRUN_MEMORY_DIR in
+  // base), or null when it is off or could not be made.
+  memory::Tier* memory = nullptr;
 };
 
 class Attempt;

@@ -13,6 +13,7 @@
 #include "control/control_block.hpp"
 #include "elasticrun/errors.hpp"
 #include "events/types.hpp"
+#include "memory/peer.hpp"
 #include "rendezvous/heartbeat.hpp"
 #include "util/logging.hpp"
 
@@ -64,6 +65,7 @@ class DynamicAgent {
     heartbeat_ = std::make_unique<rendezvous::Heartbeat>(rc_, &beat_);
     rdzv_ = std::make_unique<rendezvous::Rendezvous>(rc_);
     courier_ = std::make_unique<Round::Courier>(std::make_unique<rendezvous::Rendezvous>(rc_));
+    serve_memory();
     const int code = rounds();
     // Parked workers no round will take exit before this node's store goes.
     parked_.reset();
@@ -104,6 +106,7 @@ class DynamicAgent {
       }
       const Assignment a = start_round(place);
       record_round_start(place, a);
+      if (!parked_) restore_memory(place);
       if (node_.control && !parked_) node_.control->reset(place.round);
       Round round(config_, rc_, place, node_.control, *courier_, beat_, node_.gpu, node_.metrics);
       AttemptResult r =
@@ -113,6 +116,8 @@ class DynamicAgent {
       // What the attempt asked the courier to write (a failure's end
       // record) is in the store before this node looks at the round's end.
       courier_->drain();
+      // This node's workers are gone (or parked): what they saved is adopted.
+      if (!parked_) publish_memory();
 
       // Signaled, or stopped with the others after a signal: this node leaves.
       if (r.outcome == Outcome::kSignaled || r.stop_signal != 0) return 128 + r.stop_signal;
@@ -152,6 +157,70 @@ class DynamicAgent {
       }
       log_->info("round {} over ({}): rejoining", place.round, rendezvous::to_string(e->kind));
     }
+  }
+
+  // The memory tier's server, and this node's holdings in the store before
+  // its first join (docs/memory-tier.md).
+  void serve_memory() {
+    if (!node_.memory) return;
+    try {
+      peer_ = std::make_unique<memory::PeerServer>(resolve_numeric(rc_.host), *node_.memory);
+    } catch (const NetworkError& e) {
+      log_->warn("{}: peers cannot fetch this node's snapshots", e.what());
+      return;
+    }
+    publish_memory();
+  }
+
+  void publish_memory() {
+    if (!peer_) return;
+    const memory::Tier::Holding h = node_.memory->adopt();
+    try {
+      rdzv_->publish_memory({rc_.host, peer_->port(), h.step, h.snapshots});
+    } catch (const Error& e) {
+      log_->warn("cannot publish this node's memory snapshots: {}", e.what());
+    }
+  }
+
+  // Before the round's workers start: when a member holds a newer snapshot
+  // than this node does (this node replaces a lost one, or joined, or
+  // missed the last save), fetch it, so that every node holds the newest.
+  void restore_memory(const rendezvous::Assignment& place) {
+    if (!peer_) return;
+    std::vector<std::optional<rendezvous::MemoryHoldings>> held;
+    try {
+      held = rdzv_->memory_of(rdzv_->members(place.round));
+    } catch (const Error& e) {
+      log_->warn("round {}: cannot read the members' memory snapshots: {}", place.round, e.what());
+      return;
+    }
+    int64_t newest = 0;
+    for (const auto& h : held) {
+      if (h) newest = std::max(newest, h->step);
+    }
+    const memory::Tier::Holding mine = node_.memory->adopt();
+    if (newest == 0 || mine.step >= newest) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const auto& h : held) {
+      if (!h || h->step != newest || h->snapshots.empty()) continue;
+      const std::string& name = h->snapshots.front();
+      const util::Status st = memory::fetch_snapshot(h->host, h->port, name, *node_.memory);
+      if (!st) {
+        log_->warn("round {}: {}", place.round, st.message());
+        continue;
+      }
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now() - t0)
+                          .count();
+      const auto m = node_.memory->manifest(name);
+      log_->info("round {}: fetched the memory snapshot {} ({} bytes) from {}:{} in {} ms",
+                 place.round, name, m ? m->bytes() : 0, h->host, h->port, ms);
+      publish_memory();
+      return;
+    }
+    log_->warn("round {}: no member could send the memory snapshot of step {}; the workers "
+               "restore from what this node holds (step {}) or from the checkpoint directory",
+               place.round, newest, mine.step);
   }
 
   // --warm-start: offer this node only once its workers can start at once;
@@ -268,6 +337,7 @@ class DynamicAgent {
   std::unique_ptr<EmbeddedStore> worker_store_, retired_store_;
   // --inprocess-restart: the last attempt's workers, parked for the next round.
   std::shared_ptr<ParkedWorkers> parked_;
+  std::unique_ptr<memory::PeerServer> peer_;  // serves node_.memory to the peers
   std::shared_ptr<spdlog::logger> log_ = util::logger("agent");
 };
 

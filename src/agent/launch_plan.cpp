@@ -289,6 +289,8 @@ AgentConfig plan_agent(const cli::LaunchConfig& c, const Environment& env) {
   a.spot_notice.interval = ms(c.spot_notice_interval);
   a.host_discovery.script = c.host_discovery_script;
   a.host_discovery.interval = ms(c.host_discovery_interval);
+  a.memory_tier = c.memory_tier_limit != uint64_t{0};
+  a.memory_tier_limit = c.memory_tier_limit;
   a.progress = plan_progress(c.health);
   // Compiled here, so that a pattern RE2 refuses exits 2 before anything starts.
   if (!c.health.log_rules.empty()) {

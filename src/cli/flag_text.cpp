@@ -1,6 +1,8 @@
 #include "cli/flag_text.hpp"
 
 #include <cctype>
+#include <charconv>
+#include <cstdint>
 #include <string>
 
 #include "cli/launch_config.hpp"
@@ -33,6 +35,29 @@ double parse_seconds(const Raw& raw) {
   const double v = parse_double(raw.origin, raw.text);
   if (v < 0) fail_flag(raw, "must not be negative");
   return v;
+}
+
+std::optional<uint64_t> parse_bytes(const Raw& raw) {
+  if (raw.text == "auto") return std::nullopt;
+  std::string_view digits = raw.text;
+  unsigned shift = 0;
+  if (!digits.empty()) {
+    switch (digits.back()) {
+      case 'K': case 'k': shift = 10; break;
+      case 'M': case 'm': shift = 20; break;
+      case 'G': case 'g': shift = 30; break;
+      case 'T': case 't': shift = 40; break;
+      default: break;
+    }
+    if (shift) digits.remove_suffix(1);
+  }
+  uint64_t v = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size()) {
+    fail_flag(raw, "not a size (bytes, with an optional K, M, G or T) or auto");
+  }
+  if (shift && v > (UINT64_MAX >> shift)) fail_flag(raw, "too large");
+  return v << shift;
 }
 
 void check_choice(const Raw& raw, std::initializer_list<std::string_view> choices) {

@@ -4,7 +4,9 @@
 // these. Each throws ConfigError "<origin> '<text>': <why>".
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string_view>
 
 #include "cli/flags.hpp"
@@ -21,6 +23,9 @@ int parse_count(const Raw& raw);
 int parse_port(const Raw& raw);
 // Seconds, as Python's float() reads them, not negative.
 double parse_seconds(const Raw& raw);
+// A size in bytes: digits with an optional K, M, G or T (powers of 1024);
+// "auto" is nullopt.
+std::optional<uint64_t> parse_bytes(const Raw& raw);
 // The text itself, when it is one of `choices`.
 void check_choice(const Raw& raw, std::initializer_list<std::string_view> choices);
 // A dotted Python module name: identifiers (ASCII here) separated by dots.

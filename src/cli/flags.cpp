@@ -281,6 +281,13 @@ const std::vector<FlagSpec> kFlags = {
        c.host_discovery_interval = parse_seconds(r);
        if (c.host_discovery_interval < 0.05) fail_flag(r, "below 0.05 s");
      }},
+    {Flag::kMemoryTierLimit, "", "--memory-tier-limit", kValue, kNoEnv, kElastic, "BYTES|auto",
+     "auto",
+     "The most the node's memory tier may hold: the snapshots of the training state that the "
+     "SDK's saves put in shared memory this agent owns, from which restarted workers and "
+     "replacement nodes restore (docs/memory-tier.md). A number with an optional K, M, G or T "
+     "(powers of 1024); auto: what /dev/shm has free; 0: no memory tier.",
+     [](LaunchConfig& c, const Raw& r) { c.memory_tier_limit = parse_bytes(r); }},
     {Flag::kWarmStartImports, "", "--warm-start-imports", kValue, kNoEnv, kElastic, "MODULES",
      "torch,torch._dynamo",
      "Modules the warm interpreters import ahead, comma-separated (DDP, FSDP and torch.compile "

@@ -95,6 +95,7 @@ enum class Flag {
   kSpotNoticeInterval,
   kHostDiscoveryScript,
   kHostDiscoveryInterval,
+  kMemoryTierLimit,
   kCount,
 };
 

@@ -393,6 +393,7 @@ std::string to_json(const LaunchConfig& c) {
       {"spot_notice_interval", c.spot_notice_interval},
       {"host_discovery_script", c.host_discovery_script},
       {"host_discovery_interval", c.host_discovery_interval},
+      {"memory_tier_limit", c.memory_tier_limit ? nlohmann::json(*c.memory_tier_limit) : nlohmann::json()},
       {"role", c.role},
       {"module", c.module},
       {"no_python", c.no_python},

@@ -116,6 +116,9 @@ struct LaunchConfig {
   double spot_notice_interval = 5;     // --spot-notice-interval, seconds
   std::string host_discovery_script;   // --host-discovery-script; empty: every host allowed
   double host_discovery_interval = 1;  // --host-discovery-interval, seconds
+  // --memory-tier-limit: the most bytes of the node's memory tier; nullopt:
+  // what its file system has free; 0: no memory tier.
+  std::optional<uint64_t> memory_tier_limit;
   // Derived: where the agent serves /metrics and the HTTP API (--server-port
   // or --metrics-port, on --server-host); nullopt: no server.
   std::optional<int> serve_port;

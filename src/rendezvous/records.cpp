@@ -58,6 +58,9 @@ std::string prefix(const std::string& run_id) {
 std::string heartbeat(const std::string& node_id) {
   return "hb/" + node_id;
 }
+std::string memory(const std::string& node_id) {
+  return "mem/" + node_id;
+}
 std::string round_key(uint64_t round, const std::string& name) {
   return "r/" + std::to_string(round) + "/" + name;
 }
@@ -274,6 +277,22 @@ MasterAddress MasterAddress::parse(const std::string& text) {
   if (!(in >> m.host >> m.port)) {
     throw StoreError("rendezvous: malformed master address '" + text + "'");
   }
+  return m;
+}
+
+std::string MemoryHoldings::serialize() const {
+  std::string out = host + " " + std::to_string(port) + " " + std::to_string(step);
+  for (const auto& s : snapshots) out += " " + s;
+  return out;
+}
+
+std::optional<MemoryHoldings> MemoryHoldings::try_parse(const std::string& text) {
+  std::istringstream in(text);
+  MemoryHoldings m;
+  if (!(in >> m.host >> m.port >> m.step) || m.port <= 0 || m.port > 65535 || m.step < 0) {
+    return std::nullopt;
+  }
+  for (std::string s; in >> s;) m.snapshots.push_back(std::move(s));
   return m;
 }
 

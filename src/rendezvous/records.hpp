@@ -43,6 +43,7 @@ inline constexpr const char* kRestartState = "health/restarts";
 // its last run, as the closer or leader that ran it saw them.
 inline constexpr const char* kAllowedHosts = "hosts/allowed";
 std::string heartbeat(const std::string& node_id);  // HeartbeatRecord
+std::string memory(const std::string& node_id);     // MemoryHoldings
 // "r/<n>/<name>": a key of round n.
 std::string round_key(uint64_t round, const std::string& name);
 // "rec/<index>" (a name for round_key): the JoinRecord of arrival index.
@@ -171,6 +172,18 @@ struct MasterAddress {
   int port = 0;
   std::string serialize() const;
   static MasterAddress parse(const std::string& text);
+};
+
+// keys::memory: what a node's memory tier holds (docs/memory-tier.md), set by
+// its agent whenever its workers are gone, and where its peers fetch it:
+// "<host> <port> <step> <snapshot name>..." (step 0 and no name: nothing).
+struct MemoryHoldings {
+  std::string host;
+  int port = 0;
+  int64_t step = 0;
+  std::vector<std::string> snapshots;
+  std::string serialize() const;
+  static std::optional<MemoryHoldings> try_parse(const std::string& text);
 };
 
 // keys::kJobFinished: "ok <why>" or "fail <why>".

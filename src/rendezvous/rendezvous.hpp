@@ -148,6 +148,12 @@ class Rendezvous {
   // Announce that this node leaves (spot notice); counted per round.
   void announce_leaving(uint64_t round);
   int leaving(uint64_t round);
+  // The memory tier (docs/memory-tier.md): this node's holdings, set before
+  // its first join and again whenever its workers are gone, so that every
+  // member's is in the store when a round closes; and the members'.
+  void publish_memory(const MemoryHoldings& holdings);
+  // By node id, in the order given; nullopt for a node that published none.
+  std::vector<std::optional<MemoryHoldings>> memory_of(const std::vector<std::string>& node_ids);
 
   // The step at which every worker of the round stops for a voluntary
   // scale event: each of the round's `members` agents posts its node's

@@ -60,6 +60,22 @@ void Rendezvous::announce_leaving(uint64_t round) {
   client_.add(keys::leaving(round), 1);
 }
 
+void Rendezvous::publish_memory(const MemoryHoldings& holdings) {
+  client_.set(keys::memory(config_.node_id), holdings.serialize());
+}
+
+std::vector<std::optional<MemoryHoldings>> Rendezvous::memory_of(
+    const std::vector<std::string>& node_ids) {
+  std::vector<std::string> ks;
+  for (const auto& id : node_ids) ks.push_back(keys::memory(id));
+  std::vector<std::optional<MemoryHoldings>> out;
+  if (ks.empty()) return out;
+  // Set by each member before it first joined: present, or "" from an
+  // agent that keeps no tier.
+  for (const auto& v : client_.multi_get_present(ks)) out.push_back(MemoryHoldings::try_parse(v));
+  return out;
+}
+
 int Rendezvous::leaving(uint64_t round) {
   return static_cast<int>(client_.add(keys::leaving(round), 0));
 }

@@ -33,10 +33,11 @@ bool is_dot(const char* name) {
   return name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'));
 }
 
-// Calls fn(name) for every subdirectory of dir_fd; stops at the first
-// nonzero result of fn and returns it. 0, or -errno of getdents64.
+// Calls fn(name, is_dir) for every entry of dir_fd but "." and ".."; stops
+// at the first nonzero result of fn and returns it. 0, or -errno of
+// getdents64.
 template <typename Fn>
-int for_each_subdir(int dir_fd, Fn fn) {
+int for_each_entry(int dir_fd, Fn fn) {
   if (::lseek(dir_fd, 0, SEEK_SET) < 0) return -errno;
   alignas(8) char buf[2048];
   for (;;) {
@@ -47,10 +48,38 @@ int for_each_subdir(int dir_fd, Fn fn) {
     for (long at = 0; at < n;) {
       const auto* d = reinterpret_cast<const Dirent64*>(buf + at);
       at += d->reclen;
-      if (d->type != DT_DIR || is_dot(d->name)) continue;
-      if (const int r = fn(d->name); r != 0) return r;
+      if (is_dot(d->name)) continue;
+      if (const int r = fn(d->name, d->type == DT_DIR); r != 0) return r;
     }
   }
+}
+
+// The same for the subdirectories only: fn(name).
+template <typename Fn>
+int for_each_subdir(int dir_fd, Fn fn) {
+  return for_each_entry(dir_fd, [&](const char* name, bool is_dir) { return is_dir ? fn(name) : 0; });
+}
+
+int remove_tree(int dir_fd, int depth) {
+  if (depth >= kMaxCgroupDepth) return -EBUSY;
+  // As remove_below: list again until a listing removes nothing.
+  for (int pass = 0; pass < 64; ++pass) {
+    int removed = 0;
+    const int r = for_each_entry(dir_fd, [&](const char* name, bool is_dir) {
+      if (is_dir) {
+        const int sub = open_file(dir_fd, name, O_RDONLY | O_DIRECTORY);
+        if (sub >= 0) {
+          remove_tree(sub, depth + 1);
+          ::close(sub);
+        }
+      }
+      if (::unlinkat(dir_fd, name, is_dir ? AT_REMOVEDIR : 0) == 0) ++removed;
+      return 0;
+    });
+    if (r < 0) return r;
+    if (removed == 0) return 0;
+  }
+  return -EBUSY;
 }
 
 int kill_listed(int dir_fd, int depth) {
@@ -125,6 +154,10 @@ int cgroup_write_kill(int dir_fd) {
   const int err = n == 1 ? 0 : -errno;
   ::close(fd);
   return err;
+}
+
+int remove_tree_below(int dir_fd) {
+  return remove_tree(dir_fd, 0);
 }
 
 int cgroup_kill_listed(int dir_fd) {

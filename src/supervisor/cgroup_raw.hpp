@@ -33,4 +33,9 @@ int cgroup_populated(int dir_fd);
 // stays: its parent removes it). -EBUSY when one is still populated.
 int cgroup_remove_below(int dir_fd);
 
+// Not a cgroup's: removes every file and directory below dir_fd, to
+// kMaxCgroupDepth levels (the directory itself stays). The death watch
+// removes the agent's memory tier with it (memory/tier.hpp).
+int remove_tree_below(int dir_fd);
+
 }  // namespace elasticrun::supervisor

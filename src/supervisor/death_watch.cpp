@@ -42,7 +42,8 @@ void end_job_cgroup(int dir_fd, const char* path) {
 }
 
 // Runs in the forked child: only async-signal-safe calls from here on.
-[[noreturn]] void watch(int read_fd, int cgroup_fd, const char* cgroup_path) {
+[[noreturn]] void watch(int read_fd, int cgroup_fd, const char* cgroup_path, int parent_fd,
+                        int tree_fd, const char* tree_name) {
   ::setpgid(0, 0);
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) {
     ::signal(sig, SIG_IGN);
@@ -81,22 +82,43 @@ void end_job_cgroup(int dir_fd, const char* path) {
   }
   for (int i = 0; i < count; ++i) ::kill(-groups[i], SIGKILL);
   if (cgroup_fd >= 0) end_job_cgroup(cgroup_fd, cgroup_path);
+  if (tree_fd >= 0) {
+    remove_tree_below(tree_fd);
+    ::unlinkat(parent_fd, tree_name, AT_REMOVEDIR);  // ENOENT: the agent removed it
+  }
   ::_exit(0);
 }
 
 }  // namespace
 
-util::Status DeathWatch::start(const Cgroup* job) {
+util::Status DeathWatch::start(const Cgroup* job, const std::string& remove) {
   // The child reads these from its copy of our memory: no allocation there.
   const int cgroup_fd = job != nullptr && job->valid() ? job->dir_fd() : -1;
   const std::string cgroup_path = cgroup_fd >= 0 ? job->path() : std::string();
+  int parent_fd = -1, tree_fd = -1;
+  std::string tree_name;
+  if (!remove.empty()) {
+    const size_t slash = remove.find_last_of('/');
+    const std::string parent = slash == 0 ? "/" : remove.substr(0, slash);
+    tree_name = remove.substr(slash + 1);
+    parent_fd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    tree_fd = ::open(remove.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  }
+  auto close_tree = [&] {
+    if (parent_fd >= 0) ::close(parent_fd);
+    if (tree_fd >= 0) ::close(tree_fd);
+  };
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return util::Status(errno, "death watch: pipe2");
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    close_tree();
+    return util::Status(errno, "death watch: pipe2");
+  }
   pid_t pid = ::fork();
   if (pid < 0) {
     int err = errno;
     ::close(fds[0]);
     ::close(fds[1]);
+    close_tree();
     return util::Status(err, "death watch: fork");
   }
   if (pid == 0) {
@@ -104,11 +126,12 @@ util::Status DeathWatch::start(const Cgroup* job) {
     // Close everything else we inherited, in particular other write ends
     // that would keep the pipe open (none today, but cheap insurance).
     for (int fd = 3; fd < 1024; ++fd) {
-      if (fd != fds[0] && fd != cgroup_fd) ::close(fd);
+      if (fd != fds[0] && fd != cgroup_fd && fd != parent_fd && fd != tree_fd) ::close(fd);
     }
-    watch(fds[0], cgroup_fd, cgroup_path.c_str());
+    watch(fds[0], cgroup_fd, cgroup_path.c_str(), parent_fd, tree_fd, tree_name.c_str());
   }
   ::close(fds[0]);
+  close_tree();
   pid_ = pid;
   write_fd_ = fds[1];
   return util::Status::ok();

@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include <span>
+#include <string>
 
 #include "supervisor/cgroup.hpp"
 #include "util/result.hpp"
@@ -34,7 +35,10 @@ class DeathWatch {
   // (the child only makes system calls). job: the job cgroup to kill and
   // remove when the agent is gone, or none; the watch keeps its own
   // descriptor of it, so job may go first (then the watch finds it gone).
-  util::Status start(const Cgroup* job = nullptr);
+  // remove: a directory the watch removes with everything in it once the
+  // agent is gone (the memory tier, which would otherwise hold its shared
+  // memory until the machine restarts); empty: none.
+  util::Status start(const Cgroup* job = nullptr, const std::string& remove = {});
   bool running() const { return pid_ > 0; }
   pid_t pid() const { return pid_; }
 

@@ -114,10 +114,12 @@ def start_world(tmp_path: Path, world: int, *args, worker: str = WORKER, **extra
     return procs
 
 
-def run_world(tmp_path: Path, world: int, *args: str, **extra_env: str) -> list[dict]:
+def run_world(tmp_path: Path, world: int, *args: str, worker: str = WORKER,
+              **extra_env: str) -> list[dict]:
+    """Runs `world` ranks of `worker` to their end; each one's last JSON line."""
     import json
 
-    procs = start_world(tmp_path, world, *args, **extra_env)
+    procs = start_world(tmp_path, world, *args, worker=worker, **extra_env)
     outs = []
     for p in procs:
         out, err = p.communicate(timeout=240)

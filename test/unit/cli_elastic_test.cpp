@@ -136,6 +136,7 @@ TEST_CASE("every elastic flag takes both spellings and has no PET_ fallback", "[
       {Flag::kSpotNoticeInterval, "0.5"},
       {Flag::kHostDiscoveryScript, "/opt/discover-hosts.sh"},
       {Flag::kHostDiscoveryInterval, "2.5"},
+      {Flag::kMemoryTierLimit, "8G"},
   };
   const std::string baseline = to_json(parse({"--rdzv-id", "x", "--rdzv-backend", "c10d"}));
   size_t seen = 0;
@@ -453,4 +454,22 @@ TEST_CASE("to_json writes the elastic options under \"elastic\"", "[cli]") {
                             "\"replica_increment_step\":1,\"replica_discrete_values\":[2,4],"
                             "\"graceful_shutdown_timeout\":60.0,\"scaling_timeout\":2.5,"));
   CHECK_THAT(json, Contains("\"config_file\":null,\"world_size_overrides\":{}}"));
+}
+
+TEST_CASE("--memory-tier-limit takes bytes with a binary suffix, auto or 0", "[cli]") {
+  const auto limit = [](const std::string& v) {
+    return parse({"--rdzv-backend", "c10d", "--memory-tier-limit", v}).memory_tier_limit;
+  };
+  CHECK_FALSE(parse({"--rdzv-backend", "c10d"}).memory_tier_limit);
+  CHECK_FALSE(limit("auto"));
+  CHECK(limit("0") == uint64_t{0});
+  CHECK(limit("4096") == uint64_t{4096});
+  CHECK(limit("2K") == uint64_t{2048});
+  CHECK(limit("3m") == uint64_t{3} << 20);
+  CHECK(limit("8G") == uint64_t{8} << 30);
+  CHECK(limit("1T") == uint64_t{1} << 40);
+  REQUIRE_THROWS_WITH(limit("8GB"), Contains("--memory-tier-limit '8GB'") && Contains("not a size"));
+  REQUIRE_THROWS_WITH(limit("-1"), Contains("not a size"));
+  REQUIRE_THROWS_WITH(limit(""), Contains("not a size"));
+  REQUIRE_THROWS_WITH(limit("99999999999T"), Contains("too large"));
 }

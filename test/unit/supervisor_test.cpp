@@ -985,3 +985,19 @@ TEST_CASE("lines of two children writing at once stay whole on a shared console"
   CHECK(next_a == kLines);
   CHECK(next_b == kLines);
 }
+
+TEST_CASE("closing the death watch removes the directory it was given, with all below it",
+          "[supervisor]") {
+  elasticrun::test::TempDir base;
+  const fs::path tree = base.path() / "elasticrun-mem-test";
+  fs::create_directories(tree / "step_000000004.r0");
+  std::ofstream(tree / "step_000000004.r0" / ".metadata") << "meta";
+  std::ofstream(tree / "step_000000004.r0" / "__0_0.distcp") << "tensors";
+  std::ofstream(tree / "loose") << "x";
+  auto watch = std::make_unique<sv::DeathWatch>();
+  REQUIRE(watch->start(nullptr, tree.string()).is_ok());
+  CHECK(fs::exists(tree));  // the watch does nothing while the agent lives
+  watch.reset();
+  CHECK_FALSE(fs::exists(tree));
+  CHECK(fs::exists(base.path()));
+}

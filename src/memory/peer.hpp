@@ -1,0 +1,56 @@
+// Snapshots between agents (docs/memory-tier.md): each agent serves its
+// tier's adopted snapshots over HTTP (cpp-httplib), and an agent that lacks
+// the snapshot its next round restores fetches it from a member that holds
+// it. The paths, made and parsed here only:
+//   GET /memory/v1/snapshots/<name>/manifest       the manifest (snapshot.hpp)
+//   GET /memory/v1/snapshots/<name>/files/<file>   the file's bytes
+// A fetched file whose size or CRC32C differs from the holder's manifest
+// is refused, and the snapshot with it: nothing half-fetched or wrong is
+// ever published in the tier.
+//
+// The server binds to the agent's address (its workers' peers reach it
+// there), reads files from the tier on its own threads, never on the
+// agent's loop, and answers only GETs of adopted snapshots. There is no
+// authentication yet (a job secret comes with the authentication issue):
+// anyone who can reach the port can read the training state.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "memory/tier.hpp"
+#include "util/result.hpp"
+
+namespace httplib {
+class Server;
+}
+
+namespace elasticrun::memory {
+
+class PeerServer {
+ public:
+  // Binds host:0 and serves `tier` (which must outlive it). Throws
+  // NetworkError when the address cannot be bound.
+  PeerServer(const std::string& host, Tier& tier);
+  ~PeerServer();  // stops serving; a transfer under way is cut
+  PeerServer(const PeerServer&) = delete;
+  PeerServer& operator=(const PeerServer&) = delete;
+
+  int port() const { return port_; }
+
+ private:
+  std::unique_ptr<httplib::Server> server_;
+  int port_ = 0;
+  std::thread thread_;
+  std::atomic<bool> loop_ended_{false};
+};
+
+// Fetches snapshot `name` from the agent serving at host:port into `tier`
+// and publishes it there. `timeout`: for each connection's silence, not
+// the whole transfer. An error names the peer and what was wrong.
+util::Status fetch_snapshot(const std::string& host, int port, const std::string& name, Tier& tier,
+                            std::chrono::seconds timeout = std::chrono::seconds(30));
+
+}  // namespace elasticrun::memory

@@ -1,0 +1,143 @@
+#include "memory/tier.hpp"
+
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <random>
+
+#include "elasticrun/errors.hpp"
+#include "util/logging.hpp"
+
+namespace elasticrun::memory {
+namespace fs = std::filesystem;
+
+fs::path Tier::default_base(const fs::path& fallback) {
+  return ::access("/dev/shm", W_OK) == 0 ? fs::path("/dev/shm") : fallback;
+}
+
+std::unique_ptr<Tier> Tier::create(const fs::path& base, std::optional<uint64_t> limit) {
+  std::random_device rd;
+  fs::path dir;
+  for (int tries = 0;; ++tries) {
+    dir = base / ("elasticrun-mem-" + std::to_string(::getpid()) + "-" +
+                  std::to_string(rd() % 1000000));
+    std::error_code ec;
+    if (fs::create_directory(dir, ec)) break;
+    if (ec || tries > 100) {
+      throw Error("cannot make the memory tier's directory " + dir.string() + ": " +
+                  (ec ? ec.message() : "names taken"));
+    }
+  }
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace);
+  struct statvfs st {};
+  uint64_t free = UINT64_MAX;
+  if (::statvfs(dir.c_str(), &st) == 0) free = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+  return std::unique_ptr<Tier>(new Tier(dir, std::min(limit.value_or(UINT64_MAX), free)));
+}
+
+Tier::~Tier() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+  if (ec) util::logger("memory")->warn("cannot remove {}: {}", path_.string(), ec.message());
+}
+
+Tier::Holding Tier::adopt() {
+  auto log = util::logger("memory");
+  std::error_code ec;
+  std::vector<std::pair<SnapshotName, fs::path>> found;
+  for (const auto& entry : fs::directory_iterator(path_, ec)) {
+    const std::string name = entry.path().filename().string();
+    const auto parsed = SnapshotName::parse(name);
+    // A snapshot is published by renaming its directory after its
+    // .metadata was written: without one it is no snapshot.
+    if (parsed && entry.is_directory() && fs::exists(entry.path() / ".metadata")) {
+      found.emplace_back(*parsed, entry.path());
+    } else {
+      fs::remove_all(entry.path(), ec);  // half-written (a worker died), or a stray
+    }
+  }
+  Holding h;
+  for (const auto& [n, p] : found) h.step = std::max(h.step, n.step);
+  std::lock_guard lock(mu_);
+  for (const auto& [n, p] : found) {
+    const std::string name = p.filename().string();
+    if (n.step < h.step) {
+      manifests_.erase(name);
+      fs::remove_all(p, ec);
+      continue;
+    }
+    if (!manifests_.count(name)) {
+      auto m = Manifest::of_directory(p);
+      if (!m) {
+        log->warn("not keeping the snapshot {}: {}", name, m.status().message());
+        fs::remove_all(p, ec);
+        continue;
+      }
+      manifests_.emplace(name, std::move(m).value());
+    }
+    h.snapshots.push_back(name);
+  }
+  for (auto it = manifests_.begin(); it != manifests_.end();) {
+    it = std::find(h.snapshots.begin(), h.snapshots.end(), it->first) == h.snapshots.end()
+             ? manifests_.erase(it)
+             : std::next(it);
+  }
+  std::sort(h.snapshots.begin(), h.snapshots.end());
+  if (h.snapshots.empty()) h.step = 0;
+  return h;
+}
+
+std::optional<Manifest> Tier::manifest(const std::string& snapshot) const {
+  std::lock_guard lock(mu_);
+  auto it = manifests_.find(snapshot);
+  if (it == manifests_.end()) return std::nullopt;
+  return it->second;
+}
+
+fs::path Tier::file(const std::string& snapshot, const std::string& file) const {
+  return path_ / snapshot / file;
+}
+
+uint64_t Tier::held_bytes() const {
+  uint64_t n = 0;
+  for (const auto& [name, m] : manifests_) n += m.bytes();
+  return n;
+}
+
+util::Result<fs::path> Tier::begin(const Manifest& m) {
+  {
+    std::lock_guard lock(mu_);
+    const uint64_t held = held_bytes();
+    if (m.bytes() + held > limit_) {
+      return util::Status(ENOSPC, "the memory tier holds at most " + std::to_string(limit_) +
+                                      " bytes; " + m.snapshot + " takes " +
+                                      std::to_string(m.bytes()) + " beside the " +
+                                      std::to_string(held) + " held");
+    }
+  }
+  const fs::path dir = path_ / (m.snapshot + kPartialSuffix);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (!fs::create_directory(dir, ec)) return util::Status(ec.value(), "mkdir " + dir.string());
+  return dir;
+}
+
+util::Status Tier::commit(const Manifest& m) {
+  const fs::path from = path_ / (m.snapshot + kPartialSuffix);
+  const fs::path to = path_ / m.snapshot;
+  std::error_code ec;
+  fs::remove_all(to, ec);
+  fs::rename(from, to, ec);
+  if (ec) return util::Status(ec.value(), "rename " + from.string() + " to " + to.string());
+  std::lock_guard lock(mu_);
+  manifests_[m.snapshot] = m;
+  return {};
+}
+
+void Tier::abandon(const Manifest& m) {
+  std::error_code ec;
+  fs::remove_all(path_ / (m.snapshot + kPartialSuffix), ec);
+}
+
+}  // namespace elasticrun::memory

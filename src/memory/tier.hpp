@@ -1,0 +1,81 @@
+// The node's memory tier (docs/memory-tier.md): a directory in shared
+// memory (tmpfs) that the agent creates, names to its workers
+// (ELASTICRUN_MEMORY_DIR) and removes when it ends, so that what a worker
+// saved there outlives the worker but not the agent. Workers write
+// snapshots into it (snapshot.hpp); the agent adopts them when the workers
+// are gone, keeping the newest step's only, and checksums each file once
+// (the manifest), so that a copy that changed in memory since, or on the
+// way to a peer, is refused where it arrives.
+//
+// Threads: the agent's main thread adopts and installs; the peer server's
+// threads (peer.hpp) read manifests and files at any time. The manifests
+// are under a lock; files are read by path, and a snapshot the main thread
+// removes while a peer reads it ends that peer's fetch in an error, never
+// in a wrong copy.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "memory/snapshot.hpp"
+#include "util/result.hpp"
+
+namespace elasticrun::memory {
+
+class Tier {
+ public:
+  // Creates a fresh directory under `base` (/dev/shm where it is writable:
+  // Tier::default_base). `limit`: the most bytes it may hold; the space free
+  // there now bounds it too. Throws elasticrun::Error when it cannot.
+  static std::unique_ptr<Tier> create(const std::filesystem::path& base,
+                                      std::optional<uint64_t> limit);
+  // /dev/shm when this process can write there, else `fallback`.
+  static std::filesystem::path default_base(const std::filesystem::path& fallback);
+  ~Tier();  // removes the directory and everything in it
+  Tier(const Tier&) = delete;
+  Tier& operator=(const Tier&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  uint64_t limit() const { return limit_; }
+
+  // With no worker running: removes what is half-written and every
+  // snapshot older than the newest step, and checksums the newest step's
+  // snapshots that have no manifest yet. Returns the names it holds then,
+  // and their step (0 for none).
+  struct Holding {
+    int64_t step = 0;
+    std::vector<std::string> snapshots;
+  };
+  Holding adopt();
+
+  // The manifest of an adopted snapshot, or nullopt (any thread).
+  std::optional<Manifest> manifest(const std::string& snapshot) const;
+  bool holds(const std::string& snapshot) const { return manifest(snapshot).has_value(); }
+  // Where snapshot `snapshot`'s file `file` is (no check that it exists).
+  std::filesystem::path file(const std::string& snapshot, const std::string& file) const;
+
+  // A snapshot a peer sends: begin() makes (afresh) the directory its files
+  // go to, after checking that `m` fits beside what the tier holds;
+  // commit() publishes it once every file arrived with its checksum right;
+  // abandon() removes what arrived.
+  util::Result<std::filesystem::path> begin(const Manifest& m);
+  util::Status commit(const Manifest& m);
+  void abandon(const Manifest& m);
+
+ private:
+  Tier(std::filesystem::path path, uint64_t limit) : path_(std::move(path)), limit_(limit) {}
+  uint64_t held_bytes() const;
+
+  const std::filesystem::path path_;
+  const uint64_t limit_;
+  mutable std::mutex mu_;
+  std::map<std::string, Manifest> manifests_;  // adopted snapshots, by name
+};
+
+}  // namespace elasticrun::memory

@@ -1,0 +1,96 @@
+"""The memory tier (docs/memory-tier.md), under real agents, with no
+checkpoint directory anywhere.
+
+examples/python/train_elastic.py without --ckpt keeps its state only in
+the nodes' memory tiers. A job of two nodes and a spare loses a whole node
+(kill -9 of its agent: the death watch takes its workers): the survivor's
+snapshot (its rescue of the last step, or a periodic one written in the
+background) is in its agent's memory; the spare that replaces the lost
+node fetches it from the survivor's agent before its workers start, and
+the job trains on exactly as a run that never failed.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+import step_log
+from elastic_job import GEN_TIMEOUT_S, Job, store  # noqa: F401 (fixture)
+from launcher_fixtures import (
+    elasticrun,  # noqa: F401 (fixture)
+    marker,  # noqa: F401 (fixture)
+    shared_runs,  # noqa: F401 (fixture)
+    torchrun,  # noqa: F401 (fixture)
+    wait_for,
+)
+from test_rescue import trained_as
+from test_train_elastic_python import (
+    DATASET,
+    GLOBAL_BATCH,
+    LR,
+    STEP_S,
+    STEPS,
+    TRAIN,
+    events_of,
+    finish,
+    fixed_run,
+    wait_world,
+)
+
+SHM = Path("/dev/shm")
+
+
+def tiers() -> set[str]:
+    return {p.name for p in SHM.glob("elasticrun-mem-*")} if SHM.is_dir() else set()
+
+
+@pytest.mark.parametrize("kept", ["rescue", "periodic"])
+def test_a_lost_node_is_replaced_from_a_peers_memory_and_trains_as_a_run_that_never_failed(
+        kept, procs, marker, elasticrun, torchrun, tmp_path, store, shared_runs):  # noqa: F811
+    want = fixed_run(shared_runs, torchrun)
+    log = tmp_path / "log"
+    # rescue: no periodic save, the survivor's rescue is all there is;
+    # periodic: no rescue, a background save every 4 steps.
+    how = ["--save-every", "1000"] if kept == "rescue" else ["--save-every", "4", "--no-rescue"]
+    before = tiers()
+    job = Job(procs, marker, elasticrun, tmp_path, "2:2", f"127.0.0.1:{store}",
+              run_id=f"memory-{kept}", worker=TRAIN, extra=["--max-restarts", "3"],
+              worker_args=["--steps", str(STEPS), "--dataset", str(DATASET),
+                           "--global-batch", str(GLOBAL_BATCH), "--lr", str(LR), "--seed", "7",
+                           "--step-log", log, "--step-s", STEP_S, "--events", tmp_path / "events",
+                           *how])
+    job.start_agent(1)
+    job.start_agent(2)
+    g = wait_world(job, log, 2)
+    job.start_agent(3)  # a spare: the job is full at two
+    wait_for(lambda: len(step_log.by_step(log)) >= 22 or None, "22 steps",
+             timeout=GEN_TIMEOUT_S, proc=job.agents[1])
+    job.agents[2].popen.send_signal(signal.SIGKILL)
+    wait_world(job, log, 2, after_gen=g)
+    finish(job, marker, {1: 0, 3: 0})
+
+    events = events_of(job.dir)
+    saves = [e for e in events if e["ev"] == "save" and e["gen"] == g]
+    resumed = {e["from_step"] for e in events if e["ev"] == "init" and e["gen"] > g}
+    if kept == "rescue":
+        [rescue] = [e for e in saves if e["why"] == "rescue"]
+        assert resumed == {rescue["step"]}, (resumed, rescue)
+    else:
+        assert saves and all(e["why"] == "periodic" and e["background"] for e in saves), saves
+        begun = max(e["step"] for e in saves)
+        # The newest snapshot begun before the kill, or the one before it
+        # when the kill cut that one short.
+        assert resumed in ({begun}, {begun - 4}), (resumed, begun)
+    assert min(resumed) >= 16, resumed
+    # The replacement had nothing: its agent fetched the survivor's snapshot.
+    out = job.agents[3].stdout() + job.agents[3].stderr()
+    assert "fetched the memory snapshot step_" in out, job.agents[3].describe()
+    trained_as(log, want)
+    # No directory anywhere: the state was only ever in memory.
+    assert not (tmp_path / "ckpt").exists()
+    # Every tier is gone: the agents that ended removed theirs, the killed
+    # one's death watch removed its.
+    assert not tiers() - before, tiers() - before

@@ -1,0 +1,104 @@
+"""CheckpointManager over the memory tier (python/elasticrun/memory.py), with
+real gloo ranks, each rank its own node (a tier directory of its own, as
+ELASTICRUN_MEMORY_DIR names it under elasticrun; no agent here).
+test/integration/test_memory_tier.py runs it under real agents."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from test_checkpoint import run_world
+
+# argv: tiers, root ("-": none), mode, steps, save_every [sync|async]
+#   train: trains `steps` steps, saving every save_every; prints its state.
+#   load:  loads; prints what it got.
+WORKER = textwrap.dedent(
+    """
+    import json, os, sys
+    import torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    tiers, root, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+    steps, save_every, how = int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    os.environ["ELASTICRUN_MEMORY_DIR"] = os.path.join(tiers, f"node{rank}")
+    os.makedirs(os.environ["ELASTICRUN_MEMORY_DIR"], exist_ok=True)
+    from elasticrun.checkpoint import CheckpointManager
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(4, 3))
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    ckpt = CheckpointManager(None if root == "-" else root)
+    state = ckpt.load(model, opt)
+    step = state["step"] if state else 0
+    error = None
+    try:
+        while mode == "train" and step < steps:
+            opt.zero_grad()
+            model(torch.full((2, 4), float(rank + step + 1))).pow(2).sum().backward()
+            opt.step()
+            step += 1
+            if step % save_every == 0:
+                (ckpt.save if how == "sync" else ckpt.save_async)(step, model, opt,
+                                                                  extra={"at": step})
+        ckpt.wait()
+    except RuntimeError as e:
+        error = str(e)
+    print(json.dumps({"rank": rank, "step": step, "state": state, "error": error,
+                      "weights": model.module.weight.detach().flatten().tolist()}), flush=True)
+    dist.destroy_process_group()
+    """
+)
+
+
+def run(tmp_path: Path, world: int, *args, **env) -> list[dict]:
+    return run_world(tmp_path, world, tmp_path / "tiers", *args, worker=WORKER, **env)
+
+
+def snapshots(tmp_path: Path, rank: int) -> list[str]:
+    return sorted(p.name for p in (tmp_path / "tiers" / f"node{rank}").iterdir())
+
+
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_without_a_directory_the_state_round_trips_through_each_nodes_memory(tmp_path, how):
+    trained = run(tmp_path, 2, "-", "train", 6, 3, how)
+    assert {r["error"] for r in trained} == {None}
+    # One snapshot per node, the newest: the older one was removed.
+    assert snapshots(tmp_path, 0) == ["step_000000006.r0"]
+    assert snapshots(tmp_path, 1) == ["step_000000006.r1"]
+    loaded = run(tmp_path, 2, "-", "load", 0, 1, how)
+    for out in loaded:
+        assert out["state"] == {"at": 6, "step": 6}
+        assert out["weights"] == trained[0]["weights"]
+
+
+def test_a_step_not_every_node_holds_is_not_loaded_and_the_directory_serves(tmp_path):
+    root = tmp_path / "ckpt"
+    # Disk every 2 steps, so steps 2 and 4 are on disk and in memory.
+    run(tmp_path, 2, str(root), "train", 4, 2, "sync")
+    assert (root / "latest").read_text().strip() == "step_000000004"
+    # Node 1 lost its snapshot (a static job's node whose worker died
+    # writing it): step 4 is not everywhere, so the directory's step 4 loads.
+    for p in (tmp_path / "tiers" / "node1").iterdir():
+        p.rename(p.with_name(p.name + ".partial"))  # half-written: never loaded
+    loaded = run(tmp_path, 2, str(root), "load", 0, 1, "sync")
+    assert [out["state"]["step"] for out in loaded] == [4, 4]
+    # Without the directory nothing common is left: a fresh start.
+    loaded = run(tmp_path, 2, "-", "load", 0, 1, "sync")
+    assert [out["state"] for out in loaded] == [None, None]
+
+
+def test_a_state_over_the_memory_budget_is_an_error_at_the_first_save(tmp_path):
+    out = run(tmp_path, 1, "-", "train", 2, 1, "sync", ELASTICRUN_MEMORY_LIMIT="100")
+    assert out[0]["step"] == 1
+    assert "holds at most 100 bytes (--memory-tier-limit)" in out[0]["error"]
+
+
+def test_no_directory_and_no_memory_tier_is_an_error():
+    from elasticrun.checkpoint import CheckpointManager
+
+    with pytest.raises(RuntimeError, match="no checkpoint directory and no memory tier"):
+        CheckpointManager(None)
