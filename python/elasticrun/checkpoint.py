@@ -65,9 +65,11 @@ that lacks the job's newest snapshot (it replaces a lost one) has it
 fetched from a peer by its agent before its workers start. With no
 directory at all (``CheckpointManager(None)``) the memory tier is the only
 one: a job without shared storage survives the loss of a node while one
-node that holds the newest snapshot survives. The memory tier refuses
-sharded state as rescue() does (for now): such a state goes only to the
-directory.
+node that holds the newest snapshot survives. A sharded state (FSDP) is
+written by every rank, its own shards, and restores (resharded to any
+world size) only from all of them: a lost node's shards are lost with it
+(they are not replicated yet), and the directory serves then. rescue()
+refuses sharded state as before.
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-from .memory import MemoryTier, snapshot_name, step_of
+from .memory import MemoryTier
 
 _STEP_DIR = re.compile(r"^step_(\d{9})$")
 _RESCUE_DIR = re.compile(r"^rescue_(\d{9})\.r(\d+)$")
@@ -191,7 +193,6 @@ class CheckpointManager:
         if self.root is None and self.memory is None:
             raise RuntimeError("elasticrun: no checkpoint directory and no memory tier (there is "
                                "one only under elasticrun): nothing to save the state to")
-        self._sharded_warned = False
         # Shared by the ranks of one set of workers (rank 0 draws it in
         # load()): the namespace of their rescue claims in the store.
         self._attempt: Optional[str] = None
@@ -239,8 +240,9 @@ class CheckpointManager:
              extra: Optional[dict[str, Any]] = None) -> Path:
         """Writes this rank's shard of step `step` and publishes the
         checkpoint once every rank has written; with the memory tier, writes
-        this node's snapshot of it first. Returns the checkpoint's directory
-        (without one, the node's snapshot)."""
+        this rank's snapshot of it first. Returns the checkpoint's directory
+        (without one, this rank's snapshot, or None when another rank of its
+        node writes the node's)."""
         import torch.distributed.checkpoint as dcp
 
         from . import section
@@ -254,6 +256,7 @@ class CheckpointManager:
             snapshot = self._snapshot(step, state)
             if self.root is None:
                 _barrier()  # every node's snapshot is written when save() returns
+                self._prune_shards(step, state)
                 return snapshot
             final, partial = self._paths(step)
             if rank == 0:
@@ -269,6 +272,7 @@ class CheckpointManager:
                 for stale in self.root.glob("step_*.partial"):
                     shutil.rmtree(stale, ignore_errors=True)
             _barrier()
+            self._prune_shards(step, state)
         return final
 
     def save_async(self, step: int, model, optimizer=None, scheduler=None,
@@ -286,14 +290,16 @@ class CheckpointManager:
         self.wait()
         rank = _group_rank()
         state = self._state(model, optimizer, scheduler, extra, step)
-        to_memory = self._writes_snapshot(state)
+        to_memory, shards_of = self._writes_snapshot(state)
         if self.root is None and not to_memory:
             return  # another rank of this node writes its snapshot
         if self.root is not None:
             final, partial = self._paths(step)
             if rank == 0:
                 self.root.mkdir(parents=True, exist_ok=True)
-            group = self._async_group()
+        # The directory's collectives, and a sharded snapshot's barrier
+        # before its older shards go, run on a group of their own.
+        group = self._async_group() if self.root is not None or shards_of else None
         # Every option off: a plain synchronous copy, so the optimizer's next
         # step cannot change what is written. The copy is the loop's part
         # (a section "ckpt" for the agent); the writing that follows runs
@@ -306,8 +312,13 @@ class CheckpointManager:
             stager.close()
 
         def write() -> Path:
-            snapshot = self.memory.write(step, _rank(), copy) if to_memory else None
+            snapshot = self.memory.write(step, _rank(), copy, shards_of) if to_memory else None
             if self.root is None:
+                if shards_of:
+                    import torch.distributed as dist
+
+                    dist.barrier(group=group)  # every rank's shards are written
+                    self.memory.prune(step, _rank(), shards_of)
                 return snapshot
             # A .partial of this step left by a crash is written over: DCP
             # reads only the files its new .metadata names. Not removed
@@ -317,6 +328,9 @@ class CheckpointManager:
                 # Rank 0 coordinates DCP's save: its metadata goes last, once
                 # every rank reported its files written.
                 self._publish(step)
+            if shards_of:
+                # DCP's save finished on every rank: so did their snapshots.
+                self.memory.prune(step, _rank(), shards_of)
             return final
 
         if self._writer is None:
@@ -332,34 +346,31 @@ class CheckpointManager:
         future, self._in_flight = self._in_flight, None
         return future.result() if future is not None else None
 
-    def _writes_snapshot(self, state: dict) -> bool:
-        """Whether this rank writes its node's memory snapshot of `state`:
-        local rank 0, when there is a tier and the state is not sharded (then
-        every rank holds all of it, and one copy per node is enough)."""
-        if self.memory is None or int(os.environ.get("LOCAL_RANK", "0")) != 0:
-            return False
-        sharded = _sharded_tensors(state)
-        if not sharded:
-            return True
-        if self.root is None:
-            raise RuntimeError(f"elasticrun: the state is sharded ({sharded[0]} holds only this "
-                               f"rank's part), which the memory tier does not keep yet; give "
-                               f"CheckpointManager a checkpoint directory")
-        if not self._sharded_warned:
-            self._sharded_warned = True
-            print(f"elasticrun.checkpoint: the state is sharded ({sharded[0]} holds only this "
-                  f"rank's part): it goes to {self.root} only, not to the memory tier",
-                  file=sys.stderr, flush=True)
-        return False
+    def _writes_snapshot(self, state: dict) -> tuple[bool, Optional[int]]:
+        """Whether this rank writes a memory snapshot of `state`, and the
+        world size it is a shard of: every rank its own of a sharded state
+        (None: not sharded); of one that is not, local rank 0 alone, as every
+        rank holds all of it and one copy per node is enough."""
+        if self.memory is None:
+            return False, None
+        if _sharded_tensors(state):
+            return True, _world_size()
+        return int(os.environ.get("LOCAL_RANK", "0")) == 0, None
 
     def _snapshot(self, step: int, state: dict) -> Optional[Path]:
-        """save()'s part in the memory tier: this node's snapshot of `step`,
-        written by local rank 0. Returns it (None without the tier)."""
-        if self.memory is None:
-            return None
-        if self._writes_snapshot(state):
-            return self.memory.write(step, _rank(), state)
-        return self.memory.root / snapshot_name(step, _rank() - int(os.environ.get("LOCAL_RANK", "0")))
+        """save()'s part in the memory tier: this rank's snapshot of `step`,
+        if it writes one. Returns it (None without the tier, or when another
+        rank of this node writes it)."""
+        writes, world = self._writes_snapshot(state)
+        return self.memory.write(step, _rank(), state, world) if writes else None
+
+    def _prune_shards(self, step: int, state: dict) -> None:
+        """After a collective that every rank entered with its snapshot of
+        `step` written: this rank's older shards go (a whole state's went as
+        its snapshot was written)."""
+        writes, world = self._writes_snapshot(state)
+        if writes and world is not None:
+            self.memory.prune(step, _rank(), world)
 
     def _paths(self, step: int) -> tuple[Path, Path]:
         name = f"step_{step:09d}"
@@ -489,7 +500,7 @@ class CheckpointManager:
 
         if self.memory is None:  # then on every rank: no collective
             return set()
-        mine = {step_of(p.name) for p in self.memory.snapshots()}
+        mine = self.memory.complete_steps()
         if not dist.is_initialized():
             return mine
         every: list[Any] = [None] * dist.get_world_size()
@@ -640,6 +651,12 @@ def _rank() -> int:
     import torch.distributed as dist
 
     return dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
+
+
+def _world_size() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_initialized() else 1
 
 
 def _group_rank() -> int:

@@ -6,7 +6,12 @@ worker, because the agent holds it, and goes with the agent. A snapshot is
 one rank's whole state at one step, a DCP checkpoint written without any
 collective (``no_dist``): ``step_<step, 9 digits>.r<rank>``, written as
 ``<name>.partial`` and published by a rename, so a worker killed mid-write
-leaves nothing that loads. The agent lists the node's snapshots in the
+leaves nothing that loads. A state that is not sharded is every rank's, so
+one rank per node writes it and any rank's snapshot of a step restores it;
+a sharded one (FSDP, DTensor) is written by every rank as
+``step_<step>.r<rank>of<world>``, and a step restores only from all
+``world`` of them: their metadata are merged into one checkpoint that DCP
+reads at any world size (resharding). The agent lists the node's snapshots in the
 job's store when its workers are gone, and before the next round's
 workers start it fetches the job's newest one from a peer when this node
 lacks it (docs/memory-tier.md), checking every file's CRC32C against the
@@ -33,18 +38,27 @@ MEMORY_DIR_ENV = "ELASTICRUN_MEMORY_DIR"
 MEMORY_LIMIT_ENV = "ELASTICRUN_MEMORY_LIMIT"
 # The one format of a snapshot's name; the agent's parser is
 # src/memory/snapshot_name.cpp.
-_SNAPSHOT = re.compile(r"^step_(\d{9})\.r(\d+)$")
+_SNAPSHOT = re.compile(r"^step_(\d{9})\.r(\d+)(?:of(\d+))?$")
 _PARTIAL = ".partial"
 
 
-def snapshot_name(step: int, rank: int) -> str:
-    return f"step_{step:09d}.r{rank}"
+def snapshot_name(step: int, rank: int, world: Optional[int] = None) -> str:
+    """world: the ranks of a sharded state's save; None: not sharded."""
+    return f"step_{step:09d}.r{rank}" + (f"of{world}" if world is not None else "")
+
+
+def parse_name(name: str) -> Optional[tuple[int, int, Optional[int]]]:
+    """(step, rank, world or None) of a snapshot's name; None for anything else."""
+    m = _SNAPSHOT.match(name)
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3)) if m.group(3) else None
 
 
 def step_of(name: str) -> Optional[int]:
     """The step of a snapshot's name; None for anything else."""
-    m = _SNAPSHOT.match(name)
-    return int(m.group(1)) if m else None
+    parsed = parse_name(name)
+    return parsed[0] if parsed else None
 
 
 def state_bytes(state: Any) -> int:
@@ -93,30 +107,46 @@ class MemoryTier:
         newest = self.newest()
         return step_of(newest.name) if newest is not None else 0
 
+    def complete_steps(self) -> set[int]:
+        """The steps this node can restore from alone: those of a snapshot
+        that is not sharded, and those of which it holds every rank's."""
+        whole: set[int] = set()
+        shards: dict[tuple[int, int], set[int]] = {}
+        for p in self.snapshots():
+            step, rank, world = parse_name(p.name)
+            if world is None:
+                whole.add(step)
+            else:
+                shards.setdefault((step, world), set()).add(rank)
+        whole |= {step for (step, world), ranks in shards.items() if ranks == set(range(world))}
+        return whole
+
     def check_budget(self, nbytes: int) -> None:
-        """Raises when a snapshot of `nbytes` cannot be written beside the
-        newest one this node keeps (the limit holds both at once)."""
+        """Raises when a snapshot of `nbytes` cannot be written beside what
+        the tier holds now (the snapshots it supersedes go only once it is
+        written)."""
         if self.limit is None:
             return
-        kept = self.newest()
-        held = _tree_bytes(kept) if kept is not None else 0
+        held = sum(_tree_bytes(p) for p in self.snapshots())
         if nbytes + held > self.limit:
             raise RuntimeError(
                 f"elasticrun: the memory tier holds at most {self.limit} bytes "
                 f"(--memory-tier-limit), and a snapshot of this state takes {nbytes} bytes beside "
-                f"the {held} bytes of the one kept ({self.root}); raise the limit or save "
-                f"to a checkpoint directory instead")
+                f"the {held} bytes it holds ({self.root}); raise the limit or save to a "
+                f"checkpoint directory instead")
 
-    def write(self, step: int, rank: int, state: dict) -> Path:
+    def write(self, step: int, rank: int, state: dict, world: Optional[int] = None) -> Path:
         """Writes `state` (a DCP state dict, on CPU or not) as rank `rank`'s
-        snapshot of `step`, publishes it, and removes this node's older
-        snapshots. No collective."""
+        snapshot of `step` (of a sharded state saved by `world` ranks) and
+        publishes it. A whole state's older snapshots go at once; a sharded
+        one's older shards stay until prune() (only once every rank has
+        written its own is the new set whole). No collective."""
         import warnings
 
         import torch.distributed.checkpoint as dcp
 
         self.check_budget(state_bytes(state))
-        name = snapshot_name(step, rank)
+        name = snapshot_name(step, rank, world)
         final, partial = self.root / name, self.root / (name + _PARTIAL)
         shutil.rmtree(partial, ignore_errors=True)
         with warnings.catch_warnings():
@@ -125,26 +155,78 @@ class MemoryTier:
             dcp.save(state, checkpoint_id=partial, no_dist=True)
         shutil.rmtree(final, ignore_errors=True)  # the same step again (a repeated step)
         os.replace(partial, final)
-        for old in self.snapshots():
-            if step_of(old.name) < step:
-                shutil.rmtree(old, ignore_errors=True)
+        if world is None:
+            for old in self.snapshots():
+                if step_of(old.name) < step:
+                    shutil.rmtree(old, ignore_errors=True)
         return final
 
+    def prune(self, step: int, rank: int, world: int) -> None:
+        """Removes rank `rank`'s shards older than `step`: call it once every
+        rank of the save has written its shards of `step`."""
+        for old in self.snapshots():
+            old_step, old_rank, old_world = parse_name(old.name)
+            if old_step < step and (old_rank, old_world) == (rank, world):
+                shutil.rmtree(old, ignore_errors=True)
+
     def load(self, step: int, state: dict) -> Path:
-        """Fills `state` from this node's snapshot of `step`: any rank's, as
-        the state it holds is every rank's (it is not sharded). Returns the
-        snapshot; raises naming the step and the directory when this node
-        holds none of that step."""
+        """Fills `state` from this node's snapshots of `step`: any rank's of
+        a state that is not sharded (it is every rank's), all ranks' of a
+        sharded one, resharded for this world. Returns what it read; raises
+        naming the step and the directory when this node cannot restore it."""
         import torch.distributed.checkpoint as dcp
 
-        held = [p for p in self.snapshots() if step_of(p.name) == step]
-        if not held:
+        if step not in self.complete_steps():
             raise RuntimeError(
-                f"elasticrun: no memory snapshot of step {step}, the one chosen for this round, "
-                f"is on this node ({self.root}); its agent could not fetch it from any peer "
-                f"(see the agent's log)")
-        dcp.load(state, checkpoint_id=held[0], no_dist=True)
-        return held[0]
+                f"elasticrun: the memory snapshots of step {step}, the one chosen for this "
+                f"round, are not all on this node ({self.root}); its agent could not fetch "
+                f"them from any peer (see the agent's log)")
+        held = [p for p in self.snapshots() if step_of(p.name) == step]
+        whole = [p for p in held if parse_name(p.name)[2] is None]
+        if whole:
+            dcp.load(state, checkpoint_id=whole[0], no_dist=True)
+            return whole[0]
+        merged = self._merge(step, held)
+        try:
+            dcp.load(state, checkpoint_id=merged, no_dist=True)
+        finally:
+            shutil.rmtree(merged, ignore_errors=True)
+        return merged
+
+    def _merge(self, step: int, held: list[Path]) -> Path:
+        """One DCP checkpoint of every rank's shards of `step`: a directory
+        whose .metadata names each chunk of every rank's snapshot (their
+        files stay where they are). Removed by the caller."""
+        import dataclasses
+        import pickle
+
+        from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
+
+        world = parse_name(held[0].name)[2]
+        parts = sorted((p for p in held if parse_name(p.name)[2] == world),
+                       key=lambda p: parse_name(p.name)[1])
+        items: dict[str, Any] = {}
+        storage: dict[Any, Any] = {}
+        for part in parts:
+            with open(part / ".metadata", "rb") as f:
+                md = pickle.load(f)
+            for fqn, meta in md.state_dict_metadata.items():
+                if not isinstance(meta, TensorStorageMetadata):
+                    items.setdefault(fqn, meta)  # bytes: every rank wrote the same
+                    continue
+                have = items.setdefault(fqn, dataclasses.replace(meta, chunks=[]))
+                # A replicated tensor's chunk is every rank's: keep one.
+                known = {tuple(c.offsets) for c in have.chunks}
+                have.chunks.extend(c for c in meta.chunks if tuple(c.offsets) not in known)
+            for index, info in md.storage_data.items():
+                storage.setdefault(index, dataclasses.replace(
+                    info, relative_path=f"../{part.name}/{info.relative_path}"))
+        merged = self.root / f".merged-{step:09d}-{os.getpid()}"
+        shutil.rmtree(merged, ignore_errors=True)
+        merged.mkdir()
+        with open(merged / ".metadata", "wb") as f:
+            pickle.dump(Metadata(state_dict_metadata=items, storage_data=storage), f)
+        return merged
 
 
 def _tree_bytes(path: Path) -> int:

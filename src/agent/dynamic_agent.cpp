@@ -14,6 +14,7 @@
 #include "elasticrun/errors.hpp"
 #include "events/types.hpp"
 #include "memory/peer.hpp"
+#include "memory/restore_plan.hpp"
 #include "rendezvous/heartbeat.hpp"
 #include "util/logging.hpp"
 
@@ -182,45 +183,57 @@ class DynamicAgent {
     }
   }
 
-  // Before the round's workers start: when a member holds a newer snapshot
-  // than this node does (this node replaces a lost one, or joined, or
-  // missed the last save), fetch it, so that every node holds the newest.
+  // Before the round's workers start: the newest step the members' memory
+  // tiers can restore together, and what of it this node lacks (a node that
+  // replaces a lost one or joins holds nothing; a sharded state needs every
+  // rank's shards), fetched from the members that hold it.
   void restore_memory(const rendezvous::Assignment& place) {
     if (!peer_) return;
-    std::vector<std::optional<rendezvous::MemoryHoldings>> held;
+    std::vector<memory::PeerHolding> members;
     try {
-      held = rdzv_->memory_of(rdzv_->members(place.round));
+      for (const auto& h : rdzv_->memory_of(rdzv_->members(place.round))) {
+        if (h) members.push_back({h->host, h->port, h->snapshots});
+      }
     } catch (const Error& e) {
       log_->warn("round {}: cannot read the members' memory snapshots: {}", place.round, e.what());
       return;
     }
-    int64_t newest = 0;
-    for (const auto& h : held) {
-      if (h) newest = std::max(newest, h->step);
-    }
     const memory::Tier::Holding mine = node_.memory->adopt();
-    if (newest == 0 || mine.step >= newest) return;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (const auto& h : held) {
-      if (!h || h->step != newest || h->snapshots.empty()) continue;
-      const std::string& name = h->snapshots.front();
-      const util::Status st = memory::fetch_snapshot(h->host, h->port, name, *node_.memory);
-      if (!st) {
-        log_->warn("round {}: {}", place.round, st.message());
-        continue;
-      }
-      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::steady_clock::now() - t0)
-                          .count();
-      const auto m = node_.memory->manifest(name);
-      log_->info("round {}: fetched the memory snapshot {} ({} bytes) from {}:{} in {} ms",
-                 place.round, name, m ? m->bytes() : 0, h->host, h->port, ms);
-      publish_memory();
-      return;
+    const memory::RestorePlan plan = memory::plan_restore(members, mine.snapshots);
+    for (const auto& why : plan.incomplete) {
+      log_->warn("round {}: not restoring the memory snapshots of {}", place.round, why);
     }
-    log_->warn("round {}: no member could send the memory snapshot of step {}; the workers "
-               "restore from what this node holds (step {}) or from the checkpoint directory",
-               place.round, newest, mine.step);
+    if (plan.fetches.empty()) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    uint64_t bytes = 0;
+    size_t fetched = 0;
+    for (const auto& f : plan.fetches) {
+      bool got = false;
+      for (const size_t i : f.holders) {
+        const util::Status st =
+            memory::fetch_snapshot(members[i].host, members[i].port, f.snapshot, *node_.memory);
+        if (st) {
+          got = true;
+          if (const auto m = node_.memory->manifest(f.snapshot)) bytes += m->bytes();
+          break;
+        }
+        log_->warn("round {}: {}", place.round, st.message());
+      }
+      fetched += got;
+      if (!got) {
+        log_->warn("round {}: no member could send the memory snapshot {}; the workers "
+                   "restore from an older one or from the checkpoint directory",
+                   place.round, f.snapshot);
+      }
+    }
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
+    if (fetched > 0) {
+      log_->info("round {}: fetched {} memory snapshot(s) of step {} ({} bytes) from the members "
+                 "in {} ms", place.round, fetched, plan.step, bytes, ms);
+      publish_memory();
+    }
   }
 
   // --warm-start: offer this node only once its workers can start at once;

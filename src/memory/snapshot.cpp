@@ -30,9 +30,9 @@ util::Status bad(const std::string& why) { return util::Status(EPROTO, "manifest
 }  // namespace
 
 std::string SnapshotName::str() const {
-  char buf[64];
+  char buf[80];
   std::snprintf(buf, sizeof buf, "step_%09lld.r%d", static_cast<long long>(step), rank);
-  return buf;
+  return world ? std::string(buf) + "of" + std::to_string(*world) : std::string(buf);
 }
 
 std::optional<SnapshotName> SnapshotName::parse(const std::string& name) {
@@ -42,9 +42,17 @@ std::optional<SnapshotName> SnapshotName::parse(const std::string& name) {
   }
   SnapshotName n;
   const std::string_view digits(name.data() + 5, 9);
+  std::string_view rank = std::string_view(name).substr(16);
+  const size_t of = rank.find("of");
+  if (of != std::string_view::npos) {
+    int world = 0;
+    if (!parse_number(rank.substr(of + 2), world) || world < 1) return std::nullopt;
+    n.world = world;
+    rank = rank.substr(0, of);
+  }
   if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
-      !parse_number(digits, n.step) ||
-      !parse_number(std::string_view(name).substr(16), n.rank) || n.rank < 0) {
+      !parse_number(digits, n.step) || !parse_number(rank, n.rank) || n.rank < 0 ||
+      (n.world && n.rank >= *n.world)) {
     return std::nullopt;
   }
   return n;

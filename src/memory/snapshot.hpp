@@ -15,10 +15,15 @@
 
 namespace elasticrun::memory {
 
-// "step_<step, 9 digits>.r<rank>": rank `rank`'s snapshot of step `step`.
+// "step_<step, 9 digits>.r<rank>": rank `rank`'s snapshot of step `step`,
+// of a state that is not sharded (it is every rank's: any rank's snapshot
+// of a step restores it); "step_<step>.r<rank>of<world>": rank `rank`'s
+// shards of a state saved by `world` ranks (a step restores only from all
+// of them).
 struct SnapshotName {
   int64_t step = 0;
   int rank = 0;
+  std::optional<int> world;  // sharded: the ranks that saved it
 
   std::string str() const;
   // nullopt for anything else (a ".partial" being written, a stray file).

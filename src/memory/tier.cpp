@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <random>
+#include <set>
 
 #include "elasticrun/errors.hpp"
 #include "util/logging.hpp"
@@ -57,13 +59,33 @@ Tier::Holding Tier::adopt() {
       fs::remove_all(entry.path(), ec);  // half-written (a worker died), or a stray
     }
   }
-  Holding h;
-  for (const auto& [n, p] : found) h.step = std::max(h.step, n.step);
   std::lock_guard lock(mu_);
+  int64_t newest = 0, newest_whole = 0;
+  // (world, rank) -> the steps of its shards here, newest first.
+  std::map<std::pair<int, int>, std::set<int64_t, std::greater<>>> shard_steps;
+  for (const auto& [n, p] : found) {
+    newest = std::max(newest, n.step);
+    if (!n.world) {
+      newest_whole = std::max(newest_whole, n.step);
+    } else {
+      shard_steps[{*n.world, n.rank}].insert(n.step);
+    }
+  }
+  Holding h;
   for (const auto& [n, p] : found) {
     const std::string name = p.filename().string();
-    if (n.step < h.step) {
+    // A rank's two newest shards: the newest may be a set another rank
+    // never finished (it died saving), the one before it whole.
+    const auto kept_shard = [&] {
+      const auto& steps = shard_steps[{*n.world, n.rank}];
+      return std::distance(steps.begin(), steps.find(n.step)) < 2;
+    };
+    const bool superseded = (fetched_.count(name) && n.step < newest) ||
+                            (!n.world && n.step < newest_whole) ||
+                            (n.world && !kept_shard());
+    if (superseded) {
       manifests_.erase(name);
+      fetched_.erase(name);
       fs::remove_all(p, ec);
       continue;
     }
@@ -77,14 +99,17 @@ Tier::Holding Tier::adopt() {
       manifests_.emplace(name, std::move(m).value());
     }
     h.snapshots.push_back(name);
+    h.step = std::max(h.step, n.step);
   }
   for (auto it = manifests_.begin(); it != manifests_.end();) {
-    it = std::find(h.snapshots.begin(), h.snapshots.end(), it->first) == h.snapshots.end()
-             ? manifests_.erase(it)
-             : std::next(it);
+    if (std::find(h.snapshots.begin(), h.snapshots.end(), it->first) == h.snapshots.end()) {
+      fetched_.erase(it->first);
+      it = manifests_.erase(it);
+    } else {
+      ++it;
+    }
   }
   std::sort(h.snapshots.begin(), h.snapshots.end());
-  if (h.snapshots.empty()) h.step = 0;
   return h;
 }
 
@@ -132,6 +157,7 @@ util::Status Tier::commit(const Manifest& m) {
   if (ec) return util::Status(ec.value(), "rename " + from.string() + " to " + to.string());
   std::lock_guard lock(mu_);
   manifests_[m.snapshot] = m;
+  fetched_.insert(m.snapshot);
   return {};
 }
 

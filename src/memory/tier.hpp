@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,10 +45,14 @@ class Tier {
   const std::filesystem::path& path() const { return path_; }
   uint64_t limit() const { return limit_; }
 
-  // With no worker running: removes what is half-written and every
-  // snapshot older than the newest step, and checksums the newest step's
-  // snapshots that have no manifest yet. Returns the names it holds then,
-  // and their step (0 for none).
+  // With no worker running: removes what is half-written and what newer
+  // snapshots supersede, and checksums what it keeps that has no manifest
+  // yet. A snapshot of a state that is not sharded is superseded by any
+  // newer one of such a state; a rank's shards by two newer ones of that
+  // rank (the SDK removes the older once every rank wrote the newer: two
+  // are here only after a save that some rank never finished, whose set is
+  // not whole); a fetched snapshot by anything newer. Returns the
+  // names it keeps, and the newest step among them (0 for none).
   struct Holding {
     int64_t step = 0;
     std::vector<std::string> snapshots;
@@ -76,6 +81,7 @@ class Tier {
   const uint64_t limit_;
   mutable std::mutex mu_;
   std::map<std::string, Manifest> manifests_;  // adopted snapshots, by name
+  std::set<std::string> fetched_;              // those that came from a peer
 };
 
 }  // namespace elasticrun::memory

@@ -1,5 +1,6 @@
 """The memory tier (docs/memory-tier.md), under real agents, with no
-checkpoint directory anywhere.
+checkpoint directory anywhere. A whole state (DDP) and a sharded one
+(FSDP2).
 
 examples/python/train_elastic.py without --ckpt keeps its state only in
 the nodes' memory tiers. A job of two nodes and a spare loses a whole node
@@ -12,12 +13,14 @@ the job trains on exactly as a run that never failed.
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
 import pytest
 
 import step_log
+from conftest import WORKERS
 from elastic_job import GEN_TIMEOUT_S, Job, store  # noqa: F401 (fixture)
 from launcher_fixtures import (
     elasticrun,  # noqa: F401 (fixture)
@@ -41,6 +44,7 @@ from test_train_elastic_python import (
 )
 
 SHM = Path("/dev/shm")
+FSDP_WORKER = WORKERS / "fsdp_memory_worker.py"
 
 
 def tiers() -> set[str]:
@@ -87,10 +91,55 @@ def test_a_lost_node_is_replaced_from_a_peers_memory_and_trains_as_a_run_that_ne
     assert min(resumed) >= 16, resumed
     # The replacement had nothing: its agent fetched the survivor's snapshot.
     out = job.agents[3].stdout() + job.agents[3].stderr()
-    assert "fetched the memory snapshot step_" in out, job.agents[3].describe()
+    assert "fetched 1 memory snapshot(s) of step" in out, job.agents[3].describe()
     trained_as(log, want)
     # No directory anywhere: the state was only ever in memory.
     assert not (tmp_path / "ckpt").exists()
     # Every tier is gone: the agents that ended removed theirs, the killed
     # one's death watch removed its.
     assert not tiers() - before, tiers() - before
+
+
+def test_a_sharded_state_restores_from_the_nodes_memory_resharded_after_a_grow_and_a_failure(
+        procs, marker, elasticrun, tmp_path, store):  # noqa: F811
+    """FSDP2 over gloo, the state in the memory tiers only. Node 1 trains
+    alone; node 2 joins: the resize's save is node 1's shards of world 1,
+    which node 2's agent fetches, and both load them resharded at world 2.
+    Then rank 1 dies: each node holds its own rank's shards of the last
+    save, fetches the other's, and the restart loads them. Every load is
+    bit for bit the state saved at its step."""
+    events = tmp_path / "events"
+    before = tiers()
+    job = Job(procs, marker, elasticrun, tmp_path, "1:2", f"127.0.0.1:{store}",
+              run_id="memory-fsdp", worker=FSDP_WORKER, extra=["--max-restarts", "3"],
+              worker_args=[events, "--steps", "60", "--die-after", "10"])
+    job.start_agent(1)
+    wait_for(lambda: saves(events, world=1) or None, "a save at world 1", timeout=GEN_TIMEOUT_S,
+             proc=job.agents[1])
+    job.start_agent(2)
+    finish(job, marker, {1: 0, 2: 0})
+
+    recorded = [json.loads(line) for line in (events / "events.jsonl").read_text().splitlines()]
+    saved = {}
+    for e in recorded:
+        if e["event"] == "saved":
+            saved.setdefault(e["step"], set()).add((e["world"], e["digest"]))
+    loads = [e for e in recorded if e["event"] == "loaded" and e["step"] > 0]
+    # The grow (from world 1's save) and the restart after the kill (from
+    # world 2's), at least.
+    assert {e["world"] for e in loads} == {2}, loads
+    assert {w for e in loads for w, _ in saved[e["step"]]} == {1, 2}, (loads, saved)
+    for e in loads:
+        assert e["digest"] in {d for _, d in saved[e["step"]]}, (e, saved.get(e["step"]))
+    assert (events / "died").exists()
+    out = job.agents[2].stdout() + job.agents[2].stderr()
+    assert "memory snapshot(s) of step" in out, job.agents[2].describe()
+    assert not tiers() - before, tiers() - before
+
+
+def saves(events: Path, world: int) -> list[dict]:
+    path = events / "events.jsonl"
+    if not path.exists():
+        return []
+    return [e for e in map(json.loads, path.read_text().splitlines())
+            if e["event"] == "saved" and e["world"] == world]

@@ -5,7 +5,7 @@ test/integration/test_memory_tier.py runs it under real agents."""
 
 from __future__ import annotations
 
-import json
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -102,3 +102,68 @@ def test_no_directory_and_no_memory_tier_is_an_error():
 
     with pytest.raises(RuntimeError, match="no checkpoint directory and no memory tier"):
         CheckpointManager(None)
+
+
+# argv: tiers, mode (save|load). FSDP2 over every rank; the layers have 7,
+# 13 and 3 output rows, so no world here but 1 splits them evenly.
+FSDP_WORKER = textwrap.dedent(
+    """
+    import json, os, sys
+    import torch, torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    tiers, mode = sys.argv[1], sys.argv[2]
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    os.environ["ELASTICRUN_MEMORY_DIR"] = os.path.join(tiers, f"node{rank}")
+    from elasticrun.checkpoint import CheckpointManager
+    # Another seed at the load: nothing but the snapshot reaches that model.
+    torch.manual_seed(0 if mode == "save" else 1)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 13),
+                                torch.nn.Tanh(), torch.nn.Linear(13, 3))
+    mesh = init_device_mesh("cpu", (world,))
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    ckpt = CheckpointManager(None)
+    state = None
+    if mode == "save":
+        for step in range(1, 4):
+            opt.zero_grad()
+            g = torch.Generator().manual_seed(100 * step + rank)
+            model(torch.randn(4, 5, generator=g)).pow(2).sum().backward()
+            opt.step()
+        ckpt.save(3, model, opt, extra={"at": 3})
+    else:
+        state = ckpt.load(model, opt)
+    params = {n: p.full_tensor().flatten().tolist() for n, p in model.named_parameters()}
+    moments = [opt.state[p]["exp_avg_sq"].full_tensor().flatten().tolist()
+               if p in opt.state else None for p in model.parameters()]
+    print(json.dumps({"rank": rank, "state": state, "params": params, "moments": moments}),
+          flush=True)
+    dist.destroy_process_group()
+    """
+)
+
+
+def test_a_sharded_state_saved_at_four_ranks_restores_from_memory_at_three_bit_for_bit(tmp_path):
+    saved = run_world(tmp_path, 4, tmp_path / "tiers", "save", worker=FSDP_WORKER)
+    names = {r: snapshots(tmp_path, r) for r in range(4)}
+    assert names == {r: [f"step_000000003.r{r}of4"] for r in range(4)}, names
+    # What the agents of three nodes would hold after their fetches: every
+    # rank's shards of step 3.
+    for node in range(3):
+        target = tmp_path / "tiers3" / f"node{node}"
+        for r in range(4):
+            shutil.copytree(tmp_path / "tiers" / f"node{r}" / names[r][0], target / names[r][0])
+    loaded = run_world(tmp_path, 3, tmp_path / "tiers3", "load", worker=FSDP_WORKER)
+    for out in loaded:
+        assert out["state"] == {"at": 3, "step": 3}
+        assert out["params"] == saved[0]["params"]
+        assert out["moments"] == saved[0]["moments"]
+    # A node that holds only some of the shards cannot restore from memory.
+    shutil.rmtree(tmp_path / "tiers3" / "node2" / names[1][0])
+    loaded = run_world(tmp_path, 3, tmp_path / "tiers3", "load", worker=FSDP_WORKER)
+    assert [out["state"] for out in loaded] == [None, None, None]
