@@ -4,7 +4,8 @@ Under elasticrun each agent owns a directory in shared memory (tmpfs) and
 names it in ELASTICRUN_MEMORY_DIR: what a worker writes there outlives the
 worker, because the agent holds it, and goes with the agent. A snapshot is
 one rank's whole state at one step, a DCP checkpoint written without any
-collective (``no_dist``): ``step_<step, 9 digits>.r<rank>``, written as
+collective (``no_dist``), or for a state that is not sharded the tier's own
+raw layout (below): ``step_<step, 9 digits>.r<rank>``, written as
 ``<name>.partial`` and published by a rename, so a worker killed mid-write
 leaves nothing that loads. A state that is not sharded is every rank's, so
 one rank per node writes it and any rank's snapshot of a step restores it;
@@ -23,7 +24,17 @@ ELASTICRUN_MEMORY_LIMIT caps the bytes of the tier (the agent's
 is refused with an error at the save that tries it, not an OOM kill later.
 
 CheckpointManager (checkpoint.py) writes and reads the tier; this module
-only knows its names and its budget.
+only knows its names, its layouts and its budget.
+
+The raw layout of a whole state: ``tensors.bin``, every tensor's bytes one
+after the other, and ``.metadata`` (written last: the agent takes a
+snapshot with one as published), a pickle of ``{"format":
+"elasticrun-memory-raw-1", "items": [(path, "tensor", (dtype, shape,
+offset, nbytes)) or (path, "value", value)]}``, a path being the keys from
+the state dict's root. A restore maps the file and copies each tensor into
+the state's own in place: the kernel copies the file's bytes straight into
+the tensors' memory, where DCP's reader deserialises every tensor first
+(bench/memory_bench.py).
 """
 
 from __future__ import annotations
@@ -37,7 +48,7 @@ from typing import Any, Optional
 MEMORY_DIR_ENV = "ELASTICRUN_MEMORY_DIR"
 MEMORY_LIMIT_ENV = "ELASTICRUN_MEMORY_LIMIT"
 # The one format of a snapshot's name; the agent's parser is
-# src/memory/snapshot_name.cpp.
+# src/memory/snapshot.cpp.
 _SNAPSHOT = re.compile(r"^step_(\d{9})\.r(\d+)(?:of(\d+))?$")
 _PARTIAL = ".partial"
 
@@ -149,10 +160,14 @@ class MemoryTier:
         name = snapshot_name(step, rank, world)
         final, partial = self.root / name, self.root / (name + _PARTIAL)
         shutil.rmtree(partial, ignore_errors=True)
-        with warnings.catch_warnings():
-            # "assuming the intent is to save in a single process": it is.
-            warnings.filterwarnings("ignore", message=".*single process", category=UserWarning)
-            dcp.save(state, checkpoint_id=partial, no_dist=True)
+        if world is None:
+            _write_raw(partial, state)
+        else:
+            with warnings.catch_warnings():
+                # "assuming the intent is to save in a single process": it is.
+                warnings.filterwarnings("ignore", message=".*single process",
+                                        category=UserWarning)
+                dcp.save(state, checkpoint_id=partial, no_dist=True)
         shutil.rmtree(final, ignore_errors=True)  # the same step again (a repeated step)
         os.replace(partial, final)
         if world is None:
@@ -184,7 +199,7 @@ class MemoryTier:
         held = [p for p in self.snapshots() if step_of(p.name) == step]
         whole = [p for p in held if parse_name(p.name)[2] is None]
         if whole:
-            dcp.load(state, checkpoint_id=whole[0], no_dist=True)
+            _load_raw(whole[0], state)
             return whole[0]
         merged = self._merge(step, held)
         try:
@@ -227,6 +242,108 @@ class MemoryTier:
         with open(merged / ".metadata", "wb") as f:
             pickle.dump(Metadata(state_dict_metadata=items, storage_data=storage), f)
         return merged
+
+
+_RAW = "elasticrun-memory-raw-1"
+_DATA = "tensors.bin"
+
+
+def _leaves(value: Any, path: tuple = ()):
+    """(path, leaf) of every value below dicts and lists, in order."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _leaves(v, path + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _leaves(v, path + (i,))
+    else:
+        yield path, value
+
+
+def _write_raw(directory: Path, state: dict) -> None:
+    import pickle
+
+    import torch
+
+    directory.mkdir()
+    items, offset = [], 0
+    with open(directory / _DATA, "wb") as f:
+        for path, value in _leaves(state):
+            if isinstance(value, torch.Tensor):
+                t = value.detach().cpu().contiguous()
+                nbytes = t.numel() * t.element_size()
+                if nbytes:
+                    f.write(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+                items.append((path, "tensor", (str(t.dtype).removeprefix("torch."),
+                                               tuple(t.shape), offset, nbytes)))
+                offset += nbytes
+            else:
+                items.append((path, "value", value))
+    with open(directory / ".metadata", "wb") as f:
+        pickle.dump({"format": _RAW, "items": items}, f)
+
+
+def _load_raw(directory: Path, state: dict) -> None:
+    """Fills `state`'s tensors in place and sets its other values, as
+    dcp.load does; a tensor of `state` that the snapshot lacks, or holds at
+    another shape, is an error naming it."""
+    import pickle
+
+    import torch
+
+    with open(directory / ".metadata", "rb") as f:
+        meta = pickle.load(f)
+    if not isinstance(meta, dict) or meta.get("format") != _RAW:
+        raise RuntimeError(f"elasticrun: {directory} is not a memory snapshot of this version")
+    saved = {path: (kind, info) for path, kind, info in meta["items"]}
+    with open(directory / _DATA, "rb", buffering=0) as f:
+        for path, target in list(_leaves(state)):
+            if path not in saved:
+                if isinstance(target, torch.Tensor):
+                    raise RuntimeError(f"elasticrun: the memory snapshot {directory.name} has "
+                                       f"no {'.'.join(map(str, path))}")
+                continue
+            kind, info = saved[path]
+            if kind == "value":
+                parent = state
+                for key in path[:-1]:
+                    parent = parent[key]
+                parent[path[-1]] = info
+                continue
+            if not isinstance(target, torch.Tensor):
+                continue  # a tensor saved where the state now holds something else
+            dtype, shape, offset, nbytes = info
+            if tuple(target.shape) != tuple(shape) or str(target.dtype) != "torch." + dtype:
+                raise RuntimeError(f"elasticrun: {'.'.join(map(str, path))} is {dtype} "
+                                   f"{list(shape)} in the memory snapshot {directory.name}, "
+                                   f"{str(target.dtype).removeprefix('torch.')} "
+                                   f"{list(target.shape)} here")
+            if nbytes:
+                _read_into(f, offset, nbytes, target)
+
+
+def _read_into(f, offset: int, nbytes: int, target) -> None:
+    """The file's bytes [offset, offset + nbytes) into `target`: straight
+    into its memory when it is a contiguous CPU tensor (one copy, by the
+    kernel), through a buffer otherwise (a GPU tensor)."""
+    import torch
+
+    f.seek(offset)
+    if target.device.type == "cpu" and target.is_contiguous():
+        view = memoryview(target.detach().reshape(-1).view(torch.uint8).numpy())
+    else:
+        view = memoryview(bytearray(nbytes))
+    done = 0
+    while done < nbytes:
+        n = f.readinto(view[done:])
+        if not n:
+            raise RuntimeError(f"elasticrun: {f.name} ends at {offset + done}, before "
+                               f"{offset + nbytes}")
+        done += n
+    if not (target.device.type == "cpu" and target.is_contiguous()):
+        with torch.no_grad():
+            src = torch.frombuffer(view, dtype=torch.uint8).view(target.dtype).view(target.shape)
+            target.copy_(src)
 
 
 def _tree_bytes(path: Path) -> int:

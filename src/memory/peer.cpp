@@ -6,21 +6,27 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <functional>
 #include <cstdio>
+#include <vector>
 
 #include "ckpt/crc32c.hpp"
 #include "elasticrun/errors.hpp"
 #include "util/logging.hpp"
 #include "util/quiet_thread.hpp"
+#include "util/socket.hpp"
 
 namespace elasticrun::memory {
 namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kPrefix = "/memory/v1/snapshots/";
-constexpr size_t kChunk = 1 << 20;
+constexpr size_t kChunk = 4 << 20;
 constexpr int kWorkers = 4;
+constexpr std::chrono::seconds kConnectWithin{5};
 
 std::string manifest_path(const std::string& name) { return kPrefix + name + "/manifest"; }
 std::string file_path(const std::string& name, const std::string& file) {
@@ -97,20 +103,78 @@ PeerServer::~PeerServer() {
   if (thread_.joinable()) thread_.join();
 }
 
+namespace {
+
+// One GET on a connection of its own ("Connection: close"), its body handed
+// to `sink` in pieces of up to kChunk bytes (httplib's client reads a few
+// KiB per system call, which held a fetch to a quarter of what loopback
+// carries). Only what PeerServer answers is understood: a status line, and
+// a body of Content-Length bytes. `status`: the answer's code.
+util::Status http_get(const std::string& host, int port, const std::string& path,
+                      std::chrono::seconds silence, int& status,
+                      const std::function<bool(const char*, size_t)>& sink) {
+  const auto quiet = [&] { return util::Deadline::after(silence); };
+  // A member that stopped answering is given up on soon: another may hold it.
+  auto sock = util::Socket::connect(
+      host, static_cast<uint16_t>(port),
+      util::Deadline::after(std::min<std::chrono::milliseconds>(silence, kConnectWithin)));
+  if (!sock) return sock.status();
+  util::Socket& s = sock.value();
+  const std::string request = "GET " + path + " HTTP/1.1\r\nHost: " + host + ":" +
+                              std::to_string(port) + "\r\nConnection: close\r\n\r\n";
+  if (auto st = s.send_all(request.data(), request.size(), quiet()); !st) return st;
+  std::string head;
+  while (head.size() < 16384 && (head.size() < 4 || head.compare(head.size() - 4, 4, "\r\n\r\n"))) {
+    char c;
+    if (auto st = s.recv_exact(&c, 1, quiet()); !st) return st;
+    head += c;
+  }
+  if (head.size() >= 16384) return util::Status(EPROTO, "GET " + path + ": headers too long");
+  if (std::sscanf(head.c_str(), "HTTP/1.%*d %d", &status) != 1) {
+    return util::Status(EPROTO, "GET " + path + ": not an HTTP answer");
+  }
+  uint64_t length = 0;
+  bool has_length = false;
+  for (size_t at = head.find("\r\n"); at != std::string::npos && at + 2 < head.size();) {
+    const size_t end = head.find("\r\n", at + 2);
+    std::string line = head.substr(at + 2, end - at - 2);
+    std::transform(line.begin(), line.end(), line.begin(),
+                   [](unsigned char ch) { return std::tolower(ch); });
+    unsigned long long n = 0;
+    if (std::sscanf(line.c_str(), "content-length: %llu", &n) == 1) {
+      length = n;
+      has_length = true;
+    }
+    at = end;
+  }
+  if (!has_length) return util::Status(EPROTO, "GET " + path + ": no Content-Length");
+  std::vector<char> buf(std::min<uint64_t>(length, kChunk));
+  for (uint64_t left = length; left > 0;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(left, buf.size()));
+    if (auto st = s.recv_exact(buf.data(), n, quiet()); !st) return st;
+    if (!sink(buf.data(), n)) return util::Status(EIO, "GET " + path + ": not taken");
+    left -= n;
+  }
+  return {};
+}
+
+}  // namespace
+
 util::Status fetch_snapshot(const std::string& host, int port, const std::string& name, Tier& tier,
                             std::chrono::seconds timeout) {
   const std::string peer = host + ":" + std::to_string(port);
   auto failed = [&](int err, const std::string& why) {
     return util::Status(err, "fetching " + name + " from " + peer + ": " + why);
   };
-  httplib::Client cli(host, port);
-  cli.set_connection_timeout(timeout);
-  cli.set_read_timeout(timeout);
-  cli.set_keep_alive(true);
-  auto got = cli.Get(manifest_path(name));
-  if (!got) return failed(ECONNREFUSED, "the manifest: " + httplib::to_string(got.error()));
-  if (got->status != 200) return failed(ENOENT, "the peer does not hold it");
-  auto parsed = Manifest::parse(got->body);
+  int status = 0;
+  std::string text;
+  auto got = http_get(host, port, manifest_path(name), timeout, status, [&](const char* d, size_t n) {
+    text.append(d, n);
+    return text.size() <= (64u << 20);
+  });
+  if (!got) return failed(got.err(), "the manifest: " + got.message());
+  if (status != 200) return failed(ENOENT, "the peer does not hold it");
+  auto parsed = Manifest::parse(text);
   if (!parsed) return failed(EPROTO, parsed.status().message());
   const Manifest m = std::move(parsed).value();
   if (m.snapshot != name) return failed(EPROTO, "the manifest is " + m.snapshot + "'s");
@@ -126,25 +190,27 @@ util::Status fetch_snapshot(const std::string& host, int port, const std::string
     uint32_t crc = 0;
     uint64_t size = 0;
     bool written = true;
-    auto res = cli.Get(file_path(name, f.name), [&](const char* data, size_t n) {
-      crc = ckpt::crc32c(std::span(reinterpret_cast<const std::byte*>(data), n), crc);
-      size += n;
-      for (size_t off = 0; off < n;) {
-        const ssize_t w = ::write(fd, data + off, n - off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return written = false;
-        off += static_cast<size_t>(w);
-      }
-      return true;
-    });
+    const util::Status res =
+        http_get(host, port, file_path(name, f.name), timeout, status, [&](const char* d, size_t n) {
+          if (status != 200) return false;
+          crc = ckpt::crc32c(std::span(reinterpret_cast<const std::byte*>(d), n), crc);
+          size += n;
+          for (size_t off = 0; off < n;) {
+            const ssize_t w = ::write(fd, d + off, n - off);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) return written = false;
+            off += static_cast<size_t>(w);
+          }
+          return true;
+        });
     ::close(fd);
     std::string why;
-    if (!res) {
-      why = f.name + ": " + httplib::to_string(res.error());
-    } else if (res->status != 200) {
-      why = f.name + ": HTTP " + std::to_string(res->status);
+    if (status != 200 && status != 0) {
+      why = f.name + ": HTTP " + std::to_string(status);
     } else if (!written) {
       why = "writing " + to.string() + " (is the tier's file system full?)";
+    } else if (!res) {
+      why = f.name + ": " + res.message();
     } else if (size != f.size || crc != f.crc32c) {
       char want[16], have[16];
       std::snprintf(want, sizeof want, "%08x", f.crc32c);
