@@ -465,18 +465,24 @@ class CheckpointManager:
         # read. Only a step that every node holds a snapshot of will do (its
         # agent fetches the job's newest before the workers start, but a
         # static job's agents fetch nothing): the newest such step.
-        steps = self._memory_steps_everywhere()
+        steps, held = self._memory_steps_everywhere()
         choice: list[Any] = [None, None, None]
         if _group_rank() == 0:
             chosen = self._adopt_rescue() if self.root is not None else None
             if steps and max(steps) >= _step_of(chosen):
                 # By step: each node holds its own rank's snapshot of it.
                 choice = ["memory", max(steps), uuid.uuid4().hex]
+            elif chosen is None and held:
+                # Training happened, and its state cannot be put together:
+                # an error, not a silent start from step 0.
+                choice = ["lost", _why_lost(held), None]
             else:
                 choice = ["disk", chosen.name if chosen is not None else None, uuid.uuid4().hex]
         if dist.is_initialized():
             dist.broadcast_object_list(choice, src=0)
         tier, name, self._attempt = choice
+        if tier == "lost":
+            raise RuntimeError(name)
         if name is None:
             return None
         state = self._state(model, optimizer, scheduler, None, 0)
@@ -493,19 +499,21 @@ class CheckpointManager:
         out["step"] = int(state["step"])
         return out
 
-    def _memory_steps_everywhere(self) -> set[int]:
-        """The steps of which every rank's node holds a memory snapshot (a
-        collective when there is a process group)."""
+    def _memory_steps_everywhere(self) -> tuple[set[int], set[str]]:
+        """The steps every rank's node can restore from its memory tier, and
+        the names of the snapshots any node holds (a collective when there
+        is a process group)."""
         import torch.distributed as dist
 
         if self.memory is None:  # then on every rank: no collective
-            return set()
-        mine = self.memory.complete_steps()
-        if not dist.is_initialized():
-            return mine
-        every: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(every, sorted(mine))
-        return set.intersection(*(set(x) for x in every))
+            return set(), set()
+        mine = (sorted(self.memory.complete_steps()), [p.name for p in self.memory.snapshots()])
+        every: list[Any] = [mine]
+        if dist.is_initialized():
+            every = [None] * dist.get_world_size()
+            dist.all_gather_object(every, mine)
+        return (set.intersection(*(set(steps) for steps, _ in every)),
+                {name for _, names in every for name in names})
 
     def rescue(self, step: int, model, optimizer=None, scheduler=None,
                extra: Optional[dict[str, Any]] = None) -> Optional[Path]:
@@ -651,6 +659,26 @@ def _rank() -> int:
     import torch.distributed as dist
 
     return dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
+
+
+def _why_lost(held: set[str]) -> str:
+    """Why the memory snapshots `held` (the nodes' together) restore no step."""
+    from .memory import parse_name
+
+    parsed = [parse_name(n) for n in held]
+    step = max(step for step, _, _ in parsed)
+    worlds = {world for s, _, world in parsed if s == step and world is not None}
+    why = f"step {step} is not on every node (an agent could not fetch it: see its log)"
+    for world in sorted(worlds):
+        ranks = {rank for s, rank, w in parsed if s == step and w == world}
+        if len(ranks) < world:
+            missing = ", ".join(str(r) for r in sorted(set(range(world)) - ranks))
+            why = (f"the shards of rank(s) {missing} of the {world} that saved step {step} are on "
+                   f"no node: they were on a node that is gone (the memory tier does not "
+                   f"replicate them yet)")
+    return (f"elasticrun: the training state cannot be restored from the memory tier: {why}; "
+            f"and there is no checkpoint directory to fall back to. Nothing was loaded, rather "
+            f"than start again from step 0")
 
 
 def _world_size() -> int:

@@ -32,9 +32,12 @@ WORKER = textwrap.dedent(
     model = DDP(torch.nn.Linear(4, 3))
     opt = torch.optim.Adam(model.parameters(), lr=0.1)
     ckpt = CheckpointManager(None if root == "-" else root)
-    state = ckpt.load(model, opt)
+    error, state = None, None
+    try:
+        state = ckpt.load(model, opt)
+    except RuntimeError as e:
+        error = str(e)
     step = state["step"] if state else 0
-    error = None
     try:
         while mode == "train" and step < steps:
             opt.zero_grad()
@@ -86,9 +89,13 @@ def test_a_step_not_every_node_holds_is_not_loaded_and_the_directory_serves(tmp_
         p.rename(p.with_name(p.name + ".partial"))  # half-written: never loaded
     loaded = run(tmp_path, 2, str(root), "load", 0, 1, "sync")
     assert [out["state"]["step"] for out in loaded] == [4, 4]
-    # Without the directory nothing common is left: a fresh start.
+    # Without the directory nothing common is left: an error that says so,
+    # not a silent start from step 0.
     loaded = run(tmp_path, 2, "-", "load", 0, 1, "sync")
     assert [out["state"] for out in loaded] == [None, None]
+    for out in loaded:
+        assert "step 4 is not on every node" in out["error"], out
+        assert "no checkpoint directory to fall back to" in out["error"], out
 
 
 def test_a_state_over_the_memory_budget_is_an_error_at_the_first_save(tmp_path):
@@ -128,7 +135,7 @@ FSDP_WORKER = textwrap.dedent(
     fully_shard(model, mesh=mesh)
     opt = torch.optim.Adam(model.parameters(), lr=0.1)
     ckpt = CheckpointManager(None)
-    state = None
+    state, error = None, None
     if mode == "save":
         for step in range(1, 4):
             opt.zero_grad()
@@ -137,12 +144,15 @@ FSDP_WORKER = textwrap.dedent(
             opt.step()
         ckpt.save(3, model, opt, extra={"at": 3})
     else:
-        state = ckpt.load(model, opt)
+        try:
+            state = ckpt.load(model, opt)
+        except RuntimeError as e:
+            error = str(e)
     params = {n: p.full_tensor().flatten().tolist() for n, p in model.named_parameters()}
     moments = [opt.state[p]["exp_avg_sq"].full_tensor().flatten().tolist()
                if p in opt.state else None for p in model.parameters()]
-    print(json.dumps({"rank": rank, "state": state, "params": params, "moments": moments}),
-          flush=True)
+    print(json.dumps({"rank": rank, "state": state, "params": params, "moments": moments,
+                      "error": error}), flush=True)
     dist.destroy_process_group()
     """
 )
@@ -163,7 +173,10 @@ def test_a_sharded_state_saved_at_four_ranks_restores_from_memory_at_three_bit_f
         assert out["state"] == {"at": 3, "step": 3}
         assert out["params"] == saved[0]["params"]
         assert out["moments"] == saved[0]["moments"]
-    # A node that holds only some of the shards cannot restore from memory.
-    shutil.rmtree(tmp_path / "tiers3" / "node2" / names[1][0])
+    # Rank 1's shards on no node (the node that held them is gone): an
+    # error that names them.
+    for node in range(3):
+        shutil.rmtree(tmp_path / "tiers3" / f"node{node}" / names[1][0])
     loaded = run_world(tmp_path, 3, tmp_path / "tiers3", "load", worker=FSDP_WORKER)
-    assert [out["state"] for out in loaded] == [None, None, None]
+    for out in loaded:
+        assert "the shards of rank(s) 1 of the 4 that saved step 3 are on no node" in out["error"]
