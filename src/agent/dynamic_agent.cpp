@@ -229,6 +229,16 @@ class DynamicAgent {
     const auto ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
             .count();
+    nlohmann::json incomplete = nlohmann::json::array();
+    for (const auto& why : plan.incomplete) incomplete.push_back(why);
+    node_.events->record(events::type::kMemoryFetch,
+                         {{"round", place.round},
+                          {"step", plan.step},
+                          {"snapshots", fetched},
+                          {"failed", plan.fetches.size() - fetched},
+                          {"bytes", bytes},
+                          {"seconds", static_cast<double>(ms) / 1000.0},
+                          {"incomplete", incomplete}});
     if (fetched > 0) {
       log_->info("round {}: fetched {} memory snapshot(s) of step {} ({} bytes) from the members "
                  "in {} ms", place.round, fetched, plan.step, bytes, ms);

@@ -39,6 +39,9 @@ inline constexpr std::string_view kSection = "section";
 // A worker given the rescue window after a failure exited: whether it
 // saved its rescue, and how long after the failure.
 inline constexpr std::string_view kRescue = "rescue";
+// Before a round's workers started, this node fetched the memory snapshots
+// it lacked from the members that held them (docs/memory-tier.md).
+inline constexpr std::string_view kMemoryFetch = "memory_fetch";
 // The workers' steps, sampled every kProgressInterval.
 inline constexpr std::string_view kProgress = "progress";
 
@@ -48,6 +51,6 @@ inline constexpr std::chrono::seconds kProgressInterval{5};
 inline constexpr std::array kAll = {
     kAgentStart,   kAgentEnd, kRoundStart,      kRoundEnd,       kWorkersStart,    kWorkersEnd,
     kNodeLost,     kWaiting,  kOperatorRequest, kPolicyDecision, kRestartDecision, kHealthFault,
-    kNodeExcluded, kLeave,    kSection,         kRescue,         kProgress};
+    kNodeExcluded, kLeave,    kSection,         kRescue,         kMemoryFetch,     kProgress};
 
 }  // namespace elasticrun::events::type

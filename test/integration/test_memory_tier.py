@@ -47,8 +47,11 @@ SHM = Path("/dev/shm")
 FSDP_WORKER = WORKERS / "fsdp_memory_worker.py"
 
 
-def tiers() -> set[str]:
-    return {p.name for p in SHM.glob("elasticrun-mem-*")} if SHM.is_dir() else set()
+def tiers_of(job: Job) -> list[str]:
+    """The memory tiers of the job's agents still in /dev/shm (named by
+    their pids: other jobs on the machine have theirs)."""
+    return [p.name for n, agent in job.agents.items()
+            for p in SHM.glob(f"elasticrun-mem-{agent.pid}-*")]
 
 
 @pytest.mark.parametrize("kept", ["rescue", "periodic"])
@@ -59,7 +62,6 @@ def test_a_lost_node_is_replaced_from_a_peers_memory_and_trains_as_a_run_that_ne
     # rescue: no periodic save, the survivor's rescue is all there is;
     # periodic: no rescue, a background save every 4 steps.
     how = ["--save-every", "1000"] if kept == "rescue" else ["--save-every", "4", "--no-rescue"]
-    before = tiers()
     job = Job(procs, marker, elasticrun, tmp_path, "2:2", f"127.0.0.1:{store}",
               run_id=f"memory-{kept}", worker=TRAIN, extra=["--max-restarts", "3"],
               worker_args=["--steps", str(STEPS), "--dataset", str(DATASET),
@@ -69,7 +71,7 @@ def test_a_lost_node_is_replaced_from_a_peers_memory_and_trains_as_a_run_that_ne
     job.start_agent(1)
     job.start_agent(2)
     g = wait_world(job, log, 2)
-    job.start_agent(3)  # a spare: the job is full at two
+    job.start_agent(3, "--event-log", str(tmp_path / "agent3.jsonl"))  # a spare: the job is full
     wait_for(lambda: len(step_log.by_step(log)) >= 22 or None, "22 steps",
              timeout=GEN_TIMEOUT_S, proc=job.agents[1])
     job.agents[2].popen.send_signal(signal.SIGKILL)
@@ -92,12 +94,16 @@ def test_a_lost_node_is_replaced_from_a_peers_memory_and_trains_as_a_run_that_ne
     # The replacement had nothing: its agent fetched the survivor's snapshot.
     out = job.agents[3].stdout() + job.agents[3].stderr()
     assert "fetched 1 memory snapshot(s) of step" in out, job.agents[3].describe()
+    [fetch] = [e for e in map(json.loads, (tmp_path / "agent3.jsonl").read_text().splitlines())
+               if e["event"] == "memory_fetch"]
+    assert fetch["snapshots"] == 1 and fetch["failed"] == 0 and fetch["bytes"] > 0, fetch
+    assert fetch["step"] == min(resumed), (fetch, resumed)
     trained_as(log, want)
     # No directory anywhere: the state was only ever in memory.
     assert not (tmp_path / "ckpt").exists()
     # Every tier is gone: the agents that ended removed theirs, the killed
     # one's death watch removed its.
-    assert not tiers() - before, tiers() - before
+    assert not tiers_of(job), tiers_of(job)
 
 
 def test_a_sharded_state_restores_from_the_nodes_memory_resharded_after_a_grow_and_a_failure(
@@ -109,7 +115,6 @@ def test_a_sharded_state_restores_from_the_nodes_memory_resharded_after_a_grow_a
     save, fetches the other's, and the restart loads them. Every load is
     bit for bit the state saved at its step."""
     events = tmp_path / "events"
-    before = tiers()
     job = Job(procs, marker, elasticrun, tmp_path, "1:2", f"127.0.0.1:{store}",
               run_id="memory-fsdp", worker=FSDP_WORKER, extra=["--max-restarts", "3"],
               worker_args=[events, "--steps", "60", "--die-after", "10"])
@@ -134,7 +139,7 @@ def test_a_sharded_state_restores_from_the_nodes_memory_resharded_after_a_grow_a
     assert (events / "died").exists()
     out = job.agents[2].stdout() + job.agents[2].stderr()
     assert "memory snapshot(s) of step" in out, job.agents[2].describe()
-    assert not tiers() - before, tiers() - before
+    assert not tiers_of(job), tiers_of(job)
 
 
 def saves(events: Path, world: int) -> list[dict]:
