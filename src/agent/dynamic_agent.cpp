@@ -221,9 +221,10 @@ class DynamicAgent {
       }
       fetched += got;
       if (!got) {
-        log_->warn("round {}: no member could send the memory snapshot {}; the workers "
-                   "restore from an older one or from the checkpoint directory",
-                   place.round, f.snapshot);
+        log_->warn(
+            "round {}: no member could send the memory snapshot {}; the workers "
+            "restore from an older one or from the checkpoint directory",
+            place.round, f.snapshot);
       }
     }
     const auto ms =
@@ -231,17 +232,18 @@ class DynamicAgent {
             .count();
     nlohmann::json incomplete = nlohmann::json::array();
     for (const auto& why : plan.incomplete) incomplete.push_back(why);
-    node_.events->record(events::type::kMemoryFetch,
-                         {{"round", place.round},
-                          {"step", plan.step},
-                          {"snapshots", fetched},
-                          {"failed", plan.fetches.size() - fetched},
-                          {"bytes", bytes},
-                          {"seconds", static_cast<double>(ms) / 1000.0},
-                          {"incomplete", incomplete}});
+    node_.events->record(events::type::kMemoryFetch, {{"round", place.round},
+                                                      {"step", plan.step},
+                                                      {"snapshots", fetched},
+                                                      {"failed", plan.fetches.size() - fetched},
+                                                      {"bytes", bytes},
+                                                      {"seconds", static_cast<double>(ms) / 1000.0},
+                                                      {"incomplete", incomplete}});
     if (fetched > 0) {
-      log_->info("round {}: fetched {} memory snapshot(s) of step {} ({} bytes) from the members "
-                 "in {} ms", place.round, fetched, plan.step, bytes, ms);
+      log_->info(
+          "round {}: fetched {} memory snapshot(s) of step {} ({} bytes) from the members "
+          "in {} ms",
+          place.round, fetched, plan.step, bytes, ms);
       publish_memory();
     }
   }

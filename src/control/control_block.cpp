@@ -34,6 +34,8 @@
 #include <limits>
 #include <utility>
 
+#include "control/assignment.hpp"
+
 static_assert(std::endian::native == std::endian::little,
               "the control block is little-endian and mapped as is");
 
@@ -401,6 +403,8 @@ void ControlBlock::clear_slot(int local_rank) {
 }
 
 util::Status ControlBlock::unlink() {
+  // The next round's assignment beside it (--inprocess-restart), if any.
+  ::unlink(assignment_path(path_).c_str());
   if (::unlink(path_.c_str()) != 0) return util::Status(errno, "remove control block " + path_);
   return util::Status::ok();
 }

@@ -142,7 +142,8 @@ class ControlBlock {
   // The header's agent flags (kAgent*): set once, before any worker starts.
   void set_agent_flags(uint32_t flags);
   uint32_t agent_flags() const;
-  // Removes the file (the agent, at exit). The mapping stays valid.
+  // Removes the file, and the assignment file beside it (control/assignment;
+  // the agent, at exit). The mapping stays valid.
   util::Status unlink();
 
   // --- readers (any side)

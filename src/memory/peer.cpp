@@ -1,16 +1,15 @@
 #include "memory/peer.hpp"
 
 #include <fcntl.h>
+#include <httplib.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <httplib.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cctype>
-#include <functional>
 #include <cstdio>
+#include <functional>
 #include <vector>
 
 #include "ckpt/crc32c.hpp"
@@ -28,7 +27,9 @@ constexpr size_t kChunk = 4 << 20;
 constexpr int kWorkers = 4;
 constexpr std::chrono::seconds kConnectWithin{5};
 
-std::string manifest_path(const std::string& name) { return kPrefix + name + "/manifest"; }
+std::string manifest_path(const std::string& name) {
+  return kPrefix + name + "/manifest";
+}
 std::string file_path(const std::string& name, const std::string& file) {
   return kPrefix + name + "/files/" + file;
 }
@@ -61,30 +62,29 @@ PeerServer::PeerServer(const std::string& host, Tier& tier)
           }
           res.set_content(m->serialize(), "text/plain");
         });
-  s.Get(R"(/memory/v1/snapshots/([^/]+)/files/([^/]+))",
-        [t](const httplib::Request& req, httplib::Response& res) {
-          const std::string name = req.matches[1], file = req.matches[2];
-          const auto m = t->manifest(name);
-          const bool listed =
-              m && std::any_of(m->files.begin(), m->files.end(),
-                               [&](const ManifestFile& f) { return f.name == file; });
-          const int fd = listed ? ::open(t->file(name, file).c_str(), O_RDONLY | O_CLOEXEC) : -1;
-          if (fd < 0) {
-            res.status = 404;
-            return res.set_content("no such file\n", "text/plain");
-          }
-          auto open = std::make_shared<OpenFile>(fd);
-          const off_t size = ::lseek(fd, 0, SEEK_END);
-          res.set_content_provider(
-              static_cast<size_t>(size < 0 ? 0 : size), "application/octet-stream",
-              [open](size_t offset, size_t length, httplib::DataSink& sink) {
-                std::string buf(std::min(length, kChunk), '\0');
-                const ssize_t n = ::pread(open->fd, buf.data(), buf.size(),
-                                          static_cast<off_t>(offset));
-                if (n <= 0) return false;  // the file shrank or went: the peer sees a cut
-                return sink.write(buf.data(), static_cast<size_t>(n));
-              });
-        });
+  s.Get(R"(/memory/v1/snapshots/([^/]+)/files/([^/]+))", [t](const httplib::Request& req,
+                                                             httplib::Response& res) {
+    const std::string name = req.matches[1], file = req.matches[2];
+    const auto m = t->manifest(name);
+    const bool listed = m && std::any_of(m->files.begin(), m->files.end(),
+                                         [&](const ManifestFile& f) { return f.name == file; });
+    const int fd = listed ? ::open(t->file(name, file).c_str(), O_RDONLY | O_CLOEXEC) : -1;
+    if (fd < 0) {
+      res.status = 404;
+      return res.set_content("no such file\n", "text/plain");
+    }
+    auto open = std::make_shared<OpenFile>(fd);
+    const off_t size = ::lseek(fd, 0, SEEK_END);
+    res.set_content_provider(static_cast<size_t>(size < 0 ? 0 : size), "application/octet-stream",
+                             [open](size_t offset, size_t length, httplib::DataSink& sink) {
+                               std::string buf(std::min(length, kChunk), '\0');
+                               const ssize_t n = ::pread(open->fd, buf.data(), buf.size(),
+                                                         static_cast<off_t>(offset));
+                               if (n <= 0)
+                                 return false;  // the file shrank or went: the peer sees a cut
+                               return sink.write(buf.data(), static_cast<size_t>(n));
+                             });
+  });
   port_ = s.bind_to_any_port(host);
   if (port_ <= 0) throw NetworkError("cannot serve the memory tier on " + host + ":0");
   thread_ = util::start_quiet_thread([this] {
@@ -168,10 +168,11 @@ util::Status fetch_snapshot(const std::string& host, int port, const std::string
   };
   int status = 0;
   std::string text;
-  auto got = http_get(host, port, manifest_path(name), timeout, status, [&](const char* d, size_t n) {
-    text.append(d, n);
-    return text.size() <= (64u << 20);
-  });
+  auto got =
+      http_get(host, port, manifest_path(name), timeout, status, [&](const char* d, size_t n) {
+        text.append(d, n);
+        return text.size() <= (64u << 20);
+      });
   if (!got) return failed(got.err(), "the manifest: " + got.message());
   if (status != 200) return failed(ENOENT, "the peer does not hold it");
   auto parsed = Manifest::parse(text);
@@ -190,8 +191,8 @@ util::Status fetch_snapshot(const std::string& host, int port, const std::string
     uint32_t crc = 0;
     uint64_t size = 0;
     bool written = true;
-    const util::Status res =
-        http_get(host, port, file_path(name, f.name), timeout, status, [&](const char* d, size_t n) {
+    const util::Status res = http_get(
+        host, port, file_path(name, f.name), timeout, status, [&](const char* d, size_t n) {
           if (status != 200) return false;
           crc = ckpt::crc32c(std::span(reinterpret_cast<const std::byte*>(d), n), crc);
           size += n;
@@ -215,8 +216,9 @@ util::Status fetch_snapshot(const std::string& host, int port, const std::string
       char want[16], have[16];
       std::snprintf(want, sizeof want, "%08x", f.crc32c);
       std::snprintf(have, sizeof have, "%08x", crc);
-      why = f.name + ": " + std::to_string(size) + " bytes with CRC32C " + have + ", the manifest " +
-            "says " + std::to_string(f.size) + " with " + want + " (the copy is corrupt)";
+      why = f.name + ": " + std::to_string(size) + " bytes with CRC32C " + have +
+            ", the manifest " + "says " + std::to_string(f.size) + " with " + want +
+            " (the copy is corrupt)";
     }
     if (!why.empty()) {
       tier.abandon(m);

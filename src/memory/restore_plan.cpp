@@ -50,8 +50,8 @@ RestorePlan plan_restore(const std::vector<PeerHolding>& members,
         for (int r = 0; r < world; ++r) {
           if (!ranks.count(r)) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
         }
-        plan.incomplete.push_back("step " + std::to_string(step) + ": rank(s) " + missing +
-                                  " of " + std::to_string(world) + " are on no member");
+        plan.incomplete.push_back("step " + std::to_string(step) + ": rank(s) " + missing + " of " +
+                                  std::to_string(world) + " are on no member");
         continue;
       }
       plan.step = step;

@@ -25,7 +25,9 @@ bool parse_number(std::string_view text, T& out, int base = 10) {
   return ec == std::errc() && end == text.data() + text.size();
 }
 
-util::Status bad(const std::string& why) { return util::Status(EPROTO, "manifest: " + why); }
+util::Status bad(const std::string& why) {
+  return util::Status(EPROTO, "manifest: " + why);
+}
 
 }  // namespace
 
@@ -101,8 +103,8 @@ util::Result<Manifest> Manifest::parse(const std::string& text) {
     if (b == std::string::npos) return bad("a line without three fields: " + line.substr(0, 80));
     ManifestFile f;
     f.name = line.substr(b + 1);
-    if (!parse_number(std::string_view(line).substr(0, a), f.size) ||
-        b - a - 1 != 8 || !parse_number(std::string_view(line).substr(a + 1, 8), f.crc32c, 16)) {
+    if (!parse_number(std::string_view(line).substr(0, a), f.size) || b - a - 1 != 8 ||
+        !parse_number(std::string_view(line).substr(a + 1, 8), f.crc32c, 16)) {
       return bad("a line with a bad size or checksum: " + line.substr(0, 80));
     }
     if (!valid_file_name(f.name)) return bad("a file name that is not flat: " + f.name);

@@ -22,8 +22,8 @@ std::unique_ptr<Tier> Tier::create(const fs::path& base, std::optional<uint64_t>
   std::random_device rd;
   fs::path dir;
   for (int tries = 0;; ++tries) {
-    dir = base / ("elasticrun-mem-" + std::to_string(::getpid()) + "-" +
-                  std::to_string(rd() % 1000000));
+    dir = base /
+          ("elasticrun-mem-" + std::to_string(::getpid()) + "-" + std::to_string(rd() % 1000000));
     std::error_code ec;
     if (fs::create_directory(dir, ec)) break;
     if (ec || tries > 100) {
@@ -81,8 +81,7 @@ Tier::Holding Tier::adopt() {
       return std::distance(steps.begin(), steps.find(n.step)) < 2;
     };
     const bool superseded = (fetched_.count(name) && n.step < newest) ||
-                            (!n.world && n.step < newest_whole) ||
-                            (n.world && !kept_shard());
+                            (!n.world && n.step < newest_whole) || (n.world && !kept_shard());
     if (superseded) {
       manifests_.erase(name);
       fetched_.erase(name);

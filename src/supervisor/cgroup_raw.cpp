@@ -57,7 +57,8 @@ int for_each_entry(int dir_fd, Fn fn) {
 // The same for the subdirectories only: fn(name).
 template <typename Fn>
 int for_each_subdir(int dir_fd, Fn fn) {
-  return for_each_entry(dir_fd, [&](const char* name, bool is_dir) { return is_dir ? fn(name) : 0; });
+  return for_each_entry(dir_fd,
+                        [&](const char* name, bool is_dir) { return is_dir ? fn(name) : 0; });
 }
 
 int remove_tree(int dir_fd, int depth) {

@@ -468,7 +468,8 @@ TEST_CASE("--memory-tier-limit takes bytes with a binary suffix, auto or 0", "[c
   CHECK(limit("3m") == uint64_t{3} << 20);
   CHECK(limit("8G") == uint64_t{8} << 30);
   CHECK(limit("1T") == uint64_t{1} << 40);
-  REQUIRE_THROWS_WITH(limit("8GB"), Contains("--memory-tier-limit '8GB'") && Contains("not a size"));
+  REQUIRE_THROWS_WITH(limit("8GB"),
+                      Contains("--memory-tier-limit '8GB'") && Contains("not a size"));
   REQUIRE_THROWS_WITH(limit("-1"), Contains("not a size"));
   REQUIRE_THROWS_WITH(limit(""), Contains("not a size"));
   REQUIRE_THROWS_WITH(limit("99999999999T"), Contains("too large"));

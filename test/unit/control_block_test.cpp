@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "control/assignment.hpp"
+
 using namespace elasticrun::control;
 namespace fs = std::filesystem;
 
@@ -387,8 +389,12 @@ TEST_CASE("reset starts a new generation: no event, empty slots, event_seq kept"
 TEST_CASE("unlink removes the file and the mapping stays usable", "[control]") {
   TempDir dir;
   ControlBlock cb = create_ok(dir.file("cb"), 1);
+  // --inprocess-restart's next assignment, beside the block: it goes too.
+  REQUIRE(elasticrun::control::write_assignment(
+      elasticrun::control::assignment_path(dir.file("cb")), 2, {{}}));
   REQUIRE(cb.unlink());
   CHECK_FALSE(fs::exists(dir.file("cb")));
+  CHECK_FALSE(fs::exists(dir.file("cb") + ".assign"));
   cb.publish_event(scale_down_event());
   CHECK(cb.read_event().generation == 3);
   auto again = cb.unlink();

@@ -3,7 +3,6 @@
 // loopback HTTP, including a copy that changed in memory after its
 // manifest was made and a peer that lies about a file's name.
 #include <catch2/catch.hpp>
-
 #include <fstream>
 
 #include "memory/peer.hpp"
@@ -76,8 +75,10 @@ TEST_CASE("a manifest reads back as written and refuses names that leave its dir
   CHECK_FALSE(Manifest::parse("elasticrun-manifest 1 ../../etc\n1 00000000 a\n"));
 }
 
-TEST_CASE("the tier keeps the newest step of a whole state, drops what is half-written, and goes "
-          "with its owner", "[memory]") {
+TEST_CASE(
+    "the tier keeps the newest step of a whole state, drops what is half-written, and goes "
+    "with its owner",
+    "[memory]") {
   TempDir base;
   fs::path where;
   {
@@ -145,8 +146,10 @@ TEST_CASE("a peer's snapshot arrives whole, and a corrupt or oversized one never
   }
 }
 
-TEST_CASE("the tier keeps each rank's newest shards, so a save cut short leaves the last whole "
-          "set", "[memory]") {
+TEST_CASE(
+    "the tier keeps each rank's newest shards, so a save cut short leaves the last whole "
+    "set",
+    "[memory]") {
   TempDir base;
   auto t = Tier::create(base.path(), std::nullopt);
   // Ranks 0 and 1 of 2 on this node saved steps 4 and 8; rank 1 died
@@ -168,7 +171,8 @@ TEST_CASE("a restore plan takes the newest step the members can restore together
     return plan_restore(members, mine);
   };
   SECTION("a whole state: one snapshot of the newest step, from whoever holds it") {
-    const auto p = plan({{"a", 1, {"step_000000010.r0"}}, {"b", 2, {"step_000000012.r1"}},
+    const auto p = plan({{"a", 1, {"step_000000010.r0"}},
+                         {"b", 2, {"step_000000012.r1"}},
                          {"c", 3, {"step_000000012.r1"}}},
                         {});
     CHECK(p.step == 12);
