@@ -75,21 +75,26 @@ refuses sharded state as before.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import datetime
 import json
 import os
 import re
 import shutil
-import signal
 import sys
-import threading
 import uuid
 import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-from .memory import MemoryTier
+from ._dist import barrier as _barrier
+from ._dist import group_rank as _group_rank
+from ._dist import rank as _rank
+from ._dist import sharded_tensors as _sharded_tensors
+from ._dist import world_size as _world_size
+from ._durable import fsync_dir as _fsync_dir
+from ._durable import stop_signals_deferred as _stop_signals_deferred
+from ._durable import write_atomically as _write_atomically
+from .memory import MemoryTier, restorable, why_lost
 
 _STEP_DIR = re.compile(r"^step_(\d{9})$")
 _RESCUE_DIR = re.compile(r"^rescue_(\d{9})\.r(\d+)$")
@@ -101,74 +106,12 @@ _METADATA = ".metadata"
 _CLAIM_TIMEOUT = datetime.timedelta(seconds=2)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Temp file, fsync, rename over path, fsync the directory."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
 def _step_of(path: Optional[Path]) -> int:
     """The step of a checkpoint or rescue directory; 0 for none."""
     if path is None:
         return 0
     m = _STEP_DIR.match(path.name) or _RESCUE_DIR.match(path.name)
     return int(m.group(1))
-
-
-@contextlib.contextmanager
-def _stop_signals_deferred():
-    """SIGTERM and SIGINT wait until the block ends, then take their usual
-    course: the agent stops a failed job's workers with SIGTERM, which would
-    otherwise cut a rescue short. Only the main thread handles signals; in
-    another thread this does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-    previous = {}
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        previous[signum] = signal.signal(signum, lambda n, _frame: received.append(n))
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        for signum in dict.fromkeys(received):
-            signal.raise_signal(signum)
-
-
-def _sharded_tensors(state: Any) -> list[str]:
-    """Keys of the tensors in state that hold only this rank's part."""
-    from torch.distributed._shard.sharded_tensor import ShardedTensor
-    from torch.distributed.tensor import DTensor
-
-    found: list[str] = []
-
-    def walk(value: Any, key: str) -> None:
-        if isinstance(value, (DTensor, ShardedTensor)):
-            found.append(key)
-        elif isinstance(value, dict):
-            for k, v in value.items():
-                walk(v, f"{key}.{k}" if key else str(k))
-        elif isinstance(value, (list, tuple)):
-            for i, v in enumerate(value):
-                walk(v, f"{key}.{i}")
-
-    walk(state, "")
-    return found
 
 
 # How long a background save given up at a failed round's end may take to
@@ -465,7 +408,7 @@ class CheckpointManager:
         # read. Only a step that every node holds a snapshot of will do (its
         # agent fetches the job's newest before the workers start, but a
         # static job's agents fetch nothing): the newest such step.
-        steps, held = self._memory_steps_everywhere()
+        steps, held = restorable(self.memory)
         choice: list[Any] = [None, None, None]
         if _group_rank() == 0:
             chosen = self._adopt_rescue() if self.root is not None else None
@@ -475,7 +418,7 @@ class CheckpointManager:
             elif chosen is None and held:
                 # Training happened, and its state cannot be put together:
                 # an error, not a silent start from step 0.
-                choice = ["lost", _why_lost(held), None]
+                choice = ["lost", why_lost(held), None]
             else:
                 choice = ["disk", chosen.name if chosen is not None else None, uuid.uuid4().hex]
         if dist.is_initialized():
@@ -498,22 +441,6 @@ class CheckpointManager:
         out = json.loads(state["extra"])
         out["step"] = int(state["step"])
         return out
-
-    def _memory_steps_everywhere(self) -> tuple[set[int], set[str]]:
-        """The steps every rank's node can restore from its memory tier, and
-        the names of the snapshots any node holds (a collective when there
-        is a process group)."""
-        import torch.distributed as dist
-
-        if self.memory is None:  # then on every rank: no collective
-            return set(), set()
-        mine = (sorted(self.memory.complete_steps()), [p.name for p in self.memory.snapshots()])
-        every: list[Any] = [mine]
-        if dist.is_initialized():
-            every = [None] * dist.get_world_size()
-            dist.all_gather_object(every, mine)
-        return (set.intersection(*(set(steps) for steps, _ in every)),
-                {name for _, names in every for name in names})
 
     def rescue(self, step: int, model, optimizer=None, scheduler=None,
                extra: Optional[dict[str, Any]] = None) -> Optional[Path]:
@@ -654,49 +581,3 @@ class CheckpointManager:
             state["scheduler"] = scheduler.state_dict()
         return state
 
-
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
-
-
-def _why_lost(held: set[str]) -> str:
-    """Why the memory snapshots `held` (the nodes' together) restore no step."""
-    from .memory import parse_name
-
-    parsed = [parse_name(n) for n in held]
-    step = max(step for step, _, _ in parsed)
-    worlds = {world for s, _, world in parsed if s == step and world is not None}
-    why = f"step {step} is not on every node (an agent could not fetch it: see its log)"
-    for world in sorted(worlds):
-        ranks = {rank for s, rank, w in parsed if s == step and w == world}
-        if len(ranks) < world:
-            missing = ", ".join(str(r) for r in sorted(set(range(world)) - ranks))
-            why = (f"the shards of rank(s) {missing} of the {world} that saved step {step} are on "
-                   f"no node: they were on a node that is gone (the memory tier does not "
-                   f"replicate them yet)")
-    return (f"elasticrun: the training state cannot be restored from the memory tier: {why}; "
-            f"and there is no checkpoint directory to fall back to. Nothing was loaded, rather "
-            f"than start again from step 0")
-
-
-def _world_size() -> int:
-    import torch.distributed as dist
-
-    return dist.get_world_size() if dist.is_initialized() else 1
-
-
-def _group_rank() -> int:
-    """This process's rank in the default group; 0 without one (it is the
-    only process that saves)."""
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_initialized() else 0
-
-
-def _barrier() -> None:
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.barrier()

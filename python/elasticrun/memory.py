@@ -346,5 +346,40 @@ def _read_into(f, offset: int, nbytes: int, target) -> None:
             target.copy_(src)
 
 
+def restorable(tier: Optional[MemoryTier]) -> tuple[set[int], set[str]]:
+    """The steps that every rank's node can restore from its tier, and the
+    names of the snapshots any node holds: a collective (an all-gather) when
+    there is a process group; nothing without a tier (then on every rank)."""
+    import torch.distributed as dist
+
+    if tier is None:
+        return set(), set()
+    mine = (sorted(tier.complete_steps()), [p.name for p in tier.snapshots()])
+    every: list[Any] = [mine]
+    if dist.is_initialized():
+        every = [None] * dist.get_world_size()
+        dist.all_gather_object(every, mine)
+    return (set.intersection(*(set(steps) for steps, _ in every)),
+            {name for _, names in every for name in names})
+
+
+def why_lost(held: set[str]) -> str:
+    """Why the memory snapshots `held` (the nodes' together) restore no step."""
+    parsed = [parse_name(n) for n in held]
+    step = max(step for step, _, _ in parsed)
+    worlds = {world for s, _, world in parsed if s == step and world is not None}
+    why = f"step {step} is not on every node (an agent could not fetch it: see its log)"
+    for world in sorted(worlds):
+        ranks = {rank for s, rank, w in parsed if s == step and w == world}
+        if len(ranks) < world:
+            missing = ", ".join(str(r) for r in sorted(set(range(world)) - ranks))
+            why = (f"the shards of rank(s) {missing} of the {world} that saved step {step} are on "
+                   f"no node: they were on a node that is gone (the memory tier does not "
+                   f"replicate them yet)")
+    return (f"elasticrun: the training state cannot be restored from the memory tier: {why}; "
+            f"and there is no checkpoint directory to fall back to. Nothing was loaded, rather "
+            f"than start again from step 0")
+
+
 def _tree_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
