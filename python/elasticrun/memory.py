@@ -47,6 +47,10 @@ from typing import Any, Optional
 
 MEMORY_DIR_ENV = "ELASTICRUN_MEMORY_DIR"
 MEMORY_LIMIT_ENV = "ELASTICRUN_MEMORY_LIMIT"
+# Set (to r >= 1) when the agent replicates sharded state to r peers: it
+# removes a rank's older shards itself, once the newer step is on r + 1
+# nodes, so prune() leaves them.
+MEMORY_REPLICAS_ENV = "ELASTICRUN_MEMORY_REPLICAS"
 # The one format of a snapshot's name; the agent's parser is
 # src/memory/snapshot.cpp.
 _SNAPSHOT = re.compile(r"^step_(\d{9})\.r(\d+)(?:of(\d+))?$")
@@ -87,9 +91,11 @@ def state_bytes(state: Any) -> int:
 
 
 class MemoryTier:
-    def __init__(self, root: Path, limit: Optional[int] = None) -> None:
+    def __init__(self, root: Path, limit: Optional[int] = None,
+                 pruned_by_agent: bool = False) -> None:
         self.root = Path(root)
         self.limit = limit
+        self.pruned_by_agent = pruned_by_agent
 
     @classmethod
     def from_env(cls) -> Optional["MemoryTier"]:
@@ -98,7 +104,8 @@ class MemoryTier:
         if not root:
             return None
         limit = os.environ.get(MEMORY_LIMIT_ENV)
-        return cls(Path(root), int(limit) if limit else None)
+        replicas = int(os.environ.get(MEMORY_REPLICAS_ENV) or 0)
+        return cls(Path(root), int(limit) if limit else None, pruned_by_agent=replicas > 0)
 
     def snapshots(self) -> list[Path]:
         """Published snapshots, oldest step first (rank breaks ties)."""
@@ -178,7 +185,11 @@ class MemoryTier:
 
     def prune(self, step: int, rank: int, world: int) -> None:
         """Removes rank `rank`'s shards older than `step`: call it once every
-        rank of the save has written its shards of `step`."""
+        rank of the save has written its shards of `step`. Under replication
+        the agent does it, once `step` is replicated too: a node lost before
+        then needs the older step of every rank."""
+        if self.pruned_by_agent:
+            return
         for old in self.snapshots():
             old_step, old_rank, old_world = parse_name(old.name)
             if old_step < step and (old_rank, old_world) == (rank, world):
@@ -374,8 +385,9 @@ def why_lost(held: set[str]) -> str:
         if len(ranks) < world:
             missing = ", ".join(str(r) for r in sorted(set(range(world)) - ranks))
             why = (f"the shards of rank(s) {missing} of the {world} that saved step {step} are on "
-                   f"no node: they were on a node that is gone (the memory tier does not "
-                   f"replicate them yet)")
+                   f"no node: they were on nodes that are gone (each node's shards are on it and on "
+                   f"--memory-replicas others: losing more nodes than that at once loses "
+                   f"some)")
     return (f"elasticrun: the training state cannot be restored from the memory tier: {why}; "
             f"and there is no checkpoint directory to fall back to. Nothing was loaded, rather "
             f"than start again from step 0")

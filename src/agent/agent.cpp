@@ -203,6 +203,11 @@ int run_node(const AgentConfig& config, events::EventLog& events, Serving& servi
   if (tier) {
     node.base["ELASTICRUN_MEMORY_DIR"] = tier->path().string();
     node.base["ELASTICRUN_MEMORY_LIMIT"] = std::to_string(tier->limit());
+    // The agent's replicator prunes the shards then (agent/memory_replicator.hpp):
+    // a rank's older shards must outlive its newer ones until those are replicated.
+    if (config.dynamic && config.memory_replicas > 0) {
+      node.base["ELASTICRUN_MEMORY_REPLICAS"] = std::to_string(config.memory_replicas);
+    }
     node.memory = tier.get();
   }
   // Removed however the run ends; the workers that still map it keep their mapping.

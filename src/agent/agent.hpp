@@ -135,6 +135,10 @@ struct AgentConfig {
   // at most this (nullopt: what its file system has free); off: no tier.
   bool memory_tier = true;
   std::optional<uint64_t> memory_tier_limit;
+  // --memory-replicas, --memory-replication-rate (dynamic jobs): how many
+  // peers hold a replica of this node's sharded state; bytes a second.
+  int memory_replicas = 1;
+  uint64_t memory_replication_rate = 0;
   // One-line notes printed once before the workers start.
   std::vector<std::string> notes;
   // Set in every worker's (and hook's) environment on top of the agent's own.

@@ -8,6 +8,7 @@
 #include "agent/courier.hpp"
 #include "agent/embedded_store.hpp"
 #include "agent/failure_report.hpp"
+#include "agent/memory_replicator.hpp"
 #include "agent/pid1_signals.hpp"
 #include "agent/round.hpp"
 #include "control/control_block.hpp"
@@ -110,8 +111,10 @@ class DynamicAgent {
       if (!parked_) restore_memory(place);
       if (node_.control && !parked_) node_.control->reset(place.round);
       Round round(config_, rc_, place, node_.control, *courier_, beat_, node_.gpu, node_.metrics);
+      std::unique_ptr<MemoryReplicator> replicator = start_replicator(place);
       AttemptResult r =
           run_attempt(config_, node_, a, attempt, round, &round.inbox(), std::move(parked_));
+      replicator.reset();  // the tier is this thread's again
       parked_ = std::move(r.parked);
       end_on_signals_as_pid1(config_.signals_to_handle);  // the attempt's handlers are gone
       // What the attempt asked the courier to write (a failure's end
@@ -177,7 +180,7 @@ class DynamicAgent {
     if (!peer_) return;
     const memory::Tier::Holding h = node_.memory->adopt();
     try {
-      rdzv_->publish_memory({rc_.host, peer_->port(), h.step, h.snapshots});
+      rdzv_->publish_memory({rc_.host, peer_->port(), h.step, h.snapshots, h.fetched});
     } catch (const Error& e) {
       log_->warn("cannot publish this node's memory snapshots: {}", e.what());
     }
@@ -203,7 +206,19 @@ class DynamicAgent {
     for (const auto& why : plan.incomplete) {
       log_->warn("round {}: not restoring the memory snapshots of {}", place.round, why);
     }
-    if (plan.fetches.empty()) return;
+    // What is newer than the step restored, the job trains again: kept, a
+    // later restore could take it for the new run's state of its step.
+    const size_t abandoned = plan.step > 0 ? node_.memory->remove_newer_than(plan.step) : 0;
+    if (abandoned > 0) {
+      log_->info(
+          "round {}: removed {} memory snapshot(s) newer than step {}, which the job "
+          "trains again",
+          place.round, abandoned, plan.step);
+    }
+    if (plan.fetches.empty()) {
+      if (abandoned > 0) publish_memory();
+      return;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     uint64_t bytes = 0;
     size_t fetched = 0;
@@ -239,13 +254,37 @@ class DynamicAgent {
                                                       {"bytes", bytes},
                                                       {"seconds", static_cast<double>(ms) / 1000.0},
                                                       {"incomplete", incomplete}});
+    if (fetched > 0 || abandoned > 0) publish_memory();
     if (fetched > 0) {
       log_->info(
           "round {}: fetched {} memory snapshot(s) of step {} ({} bytes) from the members "
           "in {} ms",
           place.round, fetched, plan.step, bytes, ms);
-      publish_memory();
     }
+  }
+
+  // While the round's workers run: this node's snapshots listed as they
+  // appear, the members' placed here replicated, older shards pruned.
+  std::unique_ptr<MemoryReplicator> start_replicator(const rendezvous::Assignment& place) {
+    if (!node_.memory) return nullptr;
+    MemoryReplicator::Options o;
+    o.round = place.round;
+    try {
+      if (!replica_store_) replica_store_ = std::make_unique<rendezvous::Rendezvous>(rc_);
+      o.members = rdzv_->members(place.round);
+    } catch (const Error& e) {
+      log_->warn("round {}: no memory replication: {}", place.round, e.what());
+      return nullptr;
+    }
+    o.me = static_cast<size_t>(place.group_rank);
+    o.replicas = config_.memory_replicas;
+    o.bytes_per_second = config_.memory_replication_rate;
+    if (peer_) {
+      o.host = rc_.host;
+      o.port = peer_->port();
+    }
+    return std::make_unique<MemoryReplicator>(std::move(o), *node_.memory, *replica_store_,
+                                              *node_.events);
   }
 
   // --warm-start: offer this node only once its workers can start at once;
@@ -336,6 +375,7 @@ class DynamicAgent {
     if (!rdzv_store_) return;
     heartbeat_.reset();
     rdzv_.reset();
+    replica_store_.reset();
     if (rdzv_store_->open_connections() > 0) {
       log_->info(
           "this node hosts the rendezvous store: serving it until the other {} "
@@ -363,6 +403,8 @@ class DynamicAgent {
   // --inprocess-restart: the last attempt's workers, parked for the next round.
   std::shared_ptr<ParkedWorkers> parked_;
   std::unique_ptr<memory::PeerServer> peer_;  // serves node_.memory to the peers
+  // The replicators' store connection (one runs at a time, in an attempt).
+  std::unique_ptr<rendezvous::Rendezvous> replica_store_;
   std::shared_ptr<spdlog::logger> log_ = util::logger("agent");
 };
 

@@ -291,6 +291,8 @@ AgentConfig plan_agent(const cli::LaunchConfig& c, const Environment& env) {
   a.host_discovery.interval = ms(c.host_discovery_interval);
   a.memory_tier = c.memory_tier_limit != uint64_t{0};
   a.memory_tier_limit = c.memory_tier_limit;
+  a.memory_replicas = c.memory_replicas;
+  a.memory_replication_rate = c.memory_replication_rate;
   a.progress = plan_progress(c.health);
   // Compiled here, so that a pattern RE2 refuses exits 2 before anything starts.
   if (!c.health.log_rules.empty()) {

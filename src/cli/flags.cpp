@@ -288,6 +288,21 @@ const std::vector<FlagSpec> kFlags = {
      "replacement nodes restore (docs/memory-tier.md). A number with an optional K, M, G or T "
      "(powers of 1024); auto: what /dev/shm has free; 0: no memory tier.",
      [](LaunchConfig& c, const Raw& r) { c.memory_tier_limit = parse_bytes(r); }},
+    {Flag::kMemoryReplicas, "", "--memory-replicas", kValue, kNoEnv, kElastic, "N", "1",
+     "How many other nodes' memory tiers hold a copy of each node's sharded training state "
+     "(FSDP, DTensor), replicated while training runs, so that the job survives the loss of "
+     "that many nodes at once without a checkpoint directory (docs/memory-tier.md). 0: none.",
+     [](LaunchConfig& c, const Raw& r) { c.memory_replicas = parse_count(r); }},
+    {Flag::kMemoryReplicationRate, "", "--memory-replication-rate", kValue, kNoEnv, kElastic,
+     "BYTES", "1G",
+     "The most bytes a second this node's agent takes from its peers when it replicates their "
+     "state, so that replication never starves the training's own traffic. A number with an "
+     "optional K, M, G or T (powers of 1024); 0: no cap.",
+     [](LaunchConfig& c, const Raw& r) {
+       const auto rate = parse_bytes(r);
+       if (!rate) fail_flag(r, "a number of bytes a second, not auto");
+       c.memory_replication_rate = *rate;
+     }},
     {Flag::kWarmStartImports, "", "--warm-start-imports", kValue, kNoEnv, kElastic, "MODULES",
      "torch,torch._dynamo",
      "Modules the warm interpreters import ahead, comma-separated (DDP, FSDP and torch.compile "

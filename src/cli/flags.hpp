@@ -96,6 +96,8 @@ enum class Flag {
   kHostDiscoveryScript,
   kHostDiscoveryInterval,
   kMemoryTierLimit,
+  kMemoryReplicas,
+  kMemoryReplicationRate,
   kCount,
 };
 

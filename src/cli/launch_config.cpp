@@ -395,6 +395,8 @@ std::string to_json(const LaunchConfig& c) {
       {"host_discovery_interval", c.host_discovery_interval},
       {"memory_tier_limit",
        c.memory_tier_limit ? nlohmann::json(*c.memory_tier_limit) : nlohmann::json()},
+      {"memory_replicas", c.memory_replicas},
+      {"memory_replication_rate", c.memory_replication_rate},
       {"role", c.role},
       {"module", c.module},
       {"no_python", c.no_python},

@@ -119,6 +119,9 @@ struct LaunchConfig {
   // --memory-tier-limit: the most bytes of the node's memory tier; nullopt:
   // what its file system has free; 0: no memory tier.
   std::optional<uint64_t> memory_tier_limit;
+  int memory_replicas = 1;  // --memory-replicas
+  uint64_t memory_replication_rate = uint64_t{1}
+                                     << 30;  // --memory-replication-rate, bytes/s; 0: no cap
   // Derived: where the agent serves /metrics and the HTTP API (--server-port
   // or --metrics-port, on --server-host); nullopt: no server.
   std::optional<int> serve_port;

@@ -42,6 +42,9 @@ inline constexpr std::string_view kRescue = "rescue";
 // Before a round's workers started, this node fetched the memory snapshots
 // it lacked from the members that held them (docs/memory-tier.md).
 inline constexpr std::string_view kMemoryFetch = "memory_fetch";
+// While the workers ran, this node replicated a member's shards into its
+// memory tier (docs/memory-tier.md).
+inline constexpr std::string_view kMemoryReplicate = "memory_replicate";
 // The workers' steps, sampled every kProgressInterval.
 inline constexpr std::string_view kProgress = "progress";
 
@@ -49,8 +52,9 @@ inline constexpr std::string_view kProgress = "progress";
 inline constexpr std::chrono::seconds kProgressInterval{5};
 
 inline constexpr std::array kAll = {
-    kAgentStart,   kAgentEnd, kRoundStart,      kRoundEnd,       kWorkersStart,    kWorkersEnd,
-    kNodeLost,     kWaiting,  kOperatorRequest, kPolicyDecision, kRestartDecision, kHealthFault,
-    kNodeExcluded, kLeave,    kSection,         kRescue,         kMemoryFetch,     kProgress};
+    kAgentStart,      kAgentEnd,    kRoundStart,      kRoundEnd,        kWorkersStart,
+    kWorkersEnd,      kNodeLost,    kWaiting,         kOperatorRequest, kPolicyDecision,
+    kRestartDecision, kHealthFault, kNodeExcluded,    kLeave,           kSection,
+    kRescue,          kMemoryFetch, kMemoryReplicate, kProgress};
 
 }  // namespace elasticrun::events::type

@@ -160,8 +160,42 @@ util::Status http_get(const std::string& host, int port, const std::string& path
 
 }  // namespace
 
+namespace {
+
+// Holds a transfer to a rate: after each piece, sleeps until the bytes so
+// far are no ahead of `rate` since the start (or the cancel flag is set).
+class Pace {
+ public:
+  Pace(uint64_t rate, const std::atomic<bool>* cancel) : rate_(rate), cancel_(cancel) {}
+  // False once cancelled.
+  bool took(size_t n) {
+    sent_ += n;
+    if (rate_ > 0) {
+      const auto due = start_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                    std::chrono::duration<double>(static_cast<double>(sent_) /
+                                                                  static_cast<double>(rate_)));
+      while (!cancelled() && std::chrono::steady_clock::now() < due) {
+        std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+            due - std::chrono::steady_clock::now(), std::chrono::milliseconds(20)));
+      }
+    }
+    return !cancelled();
+  }
+  bool cancelled() const { return cancel_ && cancel_->load(std::memory_order_relaxed); }
+
+ private:
+  const uint64_t rate_;
+  const std::atomic<bool>* cancel_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  uint64_t sent_ = 0;
+};
+
+}  // namespace
+
 util::Status fetch_snapshot(const std::string& host, int port, const std::string& name, Tier& tier,
-                            std::chrono::seconds timeout) {
+                            const FetchOptions& options) {
+  const std::chrono::seconds timeout = options.timeout;
+  Pace pace(options.bytes_per_second, options.cancel);
   const std::string peer = host + ":" + std::to_string(port);
   auto failed = [&](int err, const std::string& why) {
     return util::Status(err, "fetching " + name + " from " + peer + ": " + why);
@@ -194,6 +228,7 @@ util::Status fetch_snapshot(const std::string& host, int port, const std::string
     const util::Status res = http_get(
         host, port, file_path(name, f.name), timeout, status, [&](const char* d, size_t n) {
           if (status != 200) return false;
+          if (!pace.took(n)) return false;
           crc = ckpt::crc32c(std::span(reinterpret_cast<const std::byte*>(d), n), crc);
           size += n;
           for (size_t off = 0; off < n;) {
@@ -206,7 +241,9 @@ util::Status fetch_snapshot(const std::string& host, int port, const std::string
         });
     ::close(fd);
     std::string why;
-    if (status != 200 && status != 0) {
+    if (pace.cancelled()) {
+      why = "stopped (the round ended)";
+    } else if (status != 200 && status != 0) {
       why = f.name + ": HTTP " + std::to_string(status);
     } else if (!written) {
       why = "writing " + to.string() + " (is the tier's file system full?)";

@@ -15,6 +15,7 @@
 // anyone who can reach the port can read the training state.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -47,10 +48,20 @@ class PeerServer {
   std::atomic<bool> loop_ended_{false};
 };
 
+struct FetchOptions {
+  // For each connection's silence, not the whole transfer.
+  std::chrono::seconds timeout{30};
+  // The most bytes a second the fetch takes (0: as fast as it can): a
+  // replication while training runs leaves the network to the training.
+  uint64_t bytes_per_second = 0;
+  // Set by another thread: the fetch stops at its next chunk, leaving
+  // nothing in the tier.
+  const std::atomic<bool>* cancel = nullptr;
+};
+
 // Fetches snapshot `name` from the agent serving at host:port into `tier`
-// and publishes it there. `timeout`: for each connection's silence, not
-// the whole transfer. An error names the peer and what was wrong.
+// and publishes it there. An error names the peer and what was wrong.
 util::Status fetch_snapshot(const std::string& host, int port, const std::string& name, Tier& tier,
-                            std::chrono::seconds timeout = std::chrono::seconds(30));
+                            const FetchOptions& options = {});
 
 }  // namespace elasticrun::memory

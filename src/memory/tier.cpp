@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <iterator>
 #include <random>
 #include <set>
@@ -80,7 +81,7 @@ Tier::Holding Tier::adopt() {
       const auto& steps = shard_steps[{*n.world, n.rank}];
       return std::distance(steps.begin(), steps.find(n.step)) < 2;
     };
-    const bool superseded = (fetched_.count(name) && n.step < newest) ||
+    const bool superseded = (fetched_.count(name) && !n.world && n.step < newest) ||
                             (!n.world && n.step < newest_whole) || (n.world && !kept_shard());
     if (superseded) {
       manifests_.erase(name);
@@ -100,15 +101,92 @@ Tier::Holding Tier::adopt() {
     h.snapshots.push_back(name);
     h.step = std::max(h.step, n.step);
   }
+  forget_all_but(std::set<std::string>(h.snapshots.begin(), h.snapshots.end()));
+  return holding();
+}
+
+Tier::Holding Tier::scan() {
+  auto log = util::logger("memory");
+  std::error_code ec;
+  std::set<std::string> found;
+  std::vector<std::pair<std::string, fs::path>> fresh;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& entry : fs::directory_iterator(path_, ec)) {
+      const std::string name = entry.path().filename().string();
+      std::error_code ignored;
+      if (!SnapshotName::parse(name) || !entry.is_directory(ignored) ||
+          !fs::exists(entry.path() / ".metadata", ignored)) {
+        continue;  // being written (by a worker or a fetch), or a stray
+      }
+      found.insert(name);
+      if (!manifests_.count(name)) fresh.emplace_back(name, entry.path());
+    }
+  }
+  // The checksums, outside the lock: the peer server's threads read
+  // manifests meanwhile.
+  std::vector<Manifest> made;
+  for (const auto& [name, p] : fresh) {
+    auto m = Manifest::of_directory(p);
+    if (m) {
+      made.push_back(std::move(m).value());
+    } else {
+      found.erase(name);  // pruned while we read it; a stray is left for adopt()
+      log->debug("not listing the snapshot {} yet: {}", name, m.status().message());
+    }
+  }
+  std::lock_guard lock(mu_);
+  for (auto& m : made) manifests_.emplace(m.snapshot, std::move(m));
+  forget_all_but(found);
+  return holding();
+}
+
+size_t Tier::remove_shards_before(int64_t step) {
+  return remove_if([step](const SnapshotName& n) { return n.world && n.step < step; });
+}
+
+size_t Tier::remove_newer_than(int64_t step) {
+  return remove_if([step](const SnapshotName& n) { return n.step > step; });
+}
+
+size_t Tier::remove_if(const std::function<bool(const SnapshotName&)>& doomed) {
+  std::vector<std::string> gone;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = manifests_.begin(); it != manifests_.end();) {
+      const auto n = SnapshotName::parse(it->first);
+      if (n && doomed(*n)) {
+        gone.push_back(it->first);
+        fetched_.erase(it->first);
+        it = manifests_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  std::error_code ec;
+  for (const auto& name : gone) fs::remove_all(path_ / name, ec);
+  return gone.size();
+}
+
+void Tier::forget_all_but(const std::set<std::string>& kept) {
   for (auto it = manifests_.begin(); it != manifests_.end();) {
-    if (std::find(h.snapshots.begin(), h.snapshots.end(), it->first) == h.snapshots.end()) {
+    if (!kept.count(it->first)) {
       fetched_.erase(it->first);
       it = manifests_.erase(it);
     } else {
       ++it;
     }
   }
-  std::sort(h.snapshots.begin(), h.snapshots.end());
+}
+
+Tier::Holding Tier::holding() const {
+  Holding h;
+  for (const auto& [name, m] : manifests_) {  // a std::map: sorted
+    h.snapshots.push_back(name);
+    if (fetched_.count(name)) h.fetched.push_back(name);
+    if (const auto n = SnapshotName::parse(name)) h.step = std::max(h.step, n->step);
+  }
   return h;
 }
 

@@ -7,15 +7,17 @@
 // (the manifest), so that a copy that changed in memory since, or on the
 // way to a peer, is refused where it arrives.
 //
-// Threads: the agent's main thread adopts and installs; the peer server's
+// Threads: the agent's main thread adopts and installs between attempts;
+// while the workers run, its replicator (agent/memory_replicator.hpp) scans,
+// installs replicas and prunes; never both at once. The peer server's
 // threads (peer.hpp) read manifests and files at any time. The manifests
-// are under a lock; files are read by path, and a snapshot the main thread
-// removes while a peer reads it ends that peer's fetch in an error, never
-// in a wrong copy.
+// are under a lock; files are read by path, and a snapshot removed while a
+// peer reads it ends that peer's fetch in an error, never in a wrong copy.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -51,13 +53,31 @@ class Tier {
   // newer one of such a state; a rank's shards by two newer ones of that
   // rank (the SDK removes the older once every rank wrote the newer: two
   // are here only after a save that some rank never finished, whose set is
-  // not whole); a fetched snapshot by anything newer. Returns the
-  // names it keeps, and the newest step among them (0 for none).
+  // not whole); a fetched snapshot of a whole state by anything newer, a
+  // fetched rank's shards as this node's own (a replica of a lost node's
+  // shards must outlive this node's newer shards of a step whose set that
+  // node never finished). Returns the names it keeps, and the newest step
+  // among them (0 for none).
   struct Holding {
     int64_t step = 0;
-    std::vector<std::string> snapshots;
+    std::vector<std::string> snapshots;  // sorted
+    std::vector<std::string> fetched;    // those of them that came from a peer
   };
   Holding adopt();
+
+  // While workers run: checksums the published snapshots (a worker renamed
+  // its .partial) that have no manifest yet, and forgets those that are
+  // gone (a worker pruned them); removes nothing. Returns what it holds.
+  Holding scan();
+
+  // Removes every sharded snapshot older than `step` (own and fetched):
+  // once every rank's shards of `step` are safe (replication_plan.hpp).
+  // Returns how many it removed.
+  size_t remove_shards_before(int64_t step);
+  // Removes every snapshot newer than `step`, the one the job restores:
+  // they belong to a run of steps the job abandons, and a later restore
+  // must never take one for the state of a step trained again since.
+  size_t remove_newer_than(int64_t step);
 
   // The manifest of an adopted snapshot, or nullopt (any thread).
   std::optional<Manifest> manifest(const std::string& snapshot) const;
@@ -75,7 +95,12 @@ class Tier {
 
  private:
   Tier(std::filesystem::path path, uint64_t limit) : path_(std::move(path)), limit_(limit) {}
+  // Under mu_:
   uint64_t held_bytes() const;
+  void forget_all_but(const std::set<std::string>& kept);
+  // Not under mu_: removes the adopted snapshots `doomed` names.
+  size_t remove_if(const std::function<bool(const SnapshotName&)>& doomed);
+  Holding holding() const;
 
   const std::filesystem::path path_;
   const uint64_t limit_;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <sstream>
 
 #include "elasticrun/errors.hpp"
@@ -282,7 +283,8 @@ MasterAddress MasterAddress::parse(const std::string& text) {
 
 std::string MemoryHoldings::serialize() const {
   std::string out = host + " " + std::to_string(port) + " " + std::to_string(step);
-  for (const auto& s : snapshots) out += " " + s;
+  const std::set<std::string> from_peers(fetched.begin(), fetched.end());
+  for (const auto& s : snapshots) out += (from_peers.count(s) ? " +" : " ") + s;
   return out;
 }
 
@@ -292,7 +294,13 @@ std::optional<MemoryHoldings> MemoryHoldings::try_parse(const std::string& text)
   if (!(in >> m.host >> m.port >> m.step) || m.port <= 0 || m.port > 65535 || m.step < 0) {
     return std::nullopt;
   }
-  for (std::string s; in >> s;) m.snapshots.push_back(std::move(s));
+  for (std::string s; in >> s;) {
+    if (s.size() > 1 && s[0] == '+') {
+      s.erase(0, 1);
+      m.fetched.push_back(s);
+    }
+    m.snapshots.push_back(std::move(s));
+  }
   return m;
 }
 

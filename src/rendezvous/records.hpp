@@ -44,6 +44,9 @@ inline constexpr const char* kRestartState = "health/restarts";
 inline constexpr const char* kAllowedHosts = "hosts/allowed";
 std::string heartbeat(const std::string& node_id);  // HeartbeatRecord
 std::string memory(const std::string& node_id);     // MemoryHoldings
+// ADD: raised by every publication of a MemoryHoldings, so that a reader
+// polling for changes reads one key, not every member's.
+inline constexpr const char* kMemoryGeneration = "mem-generation";
 // "r/<n>/<name>": a key of round n.
 std::string round_key(uint64_t round, const std::string& name);
 // "rec/<index>" (a name for round_key): the JoinRecord of arrival index.
@@ -175,13 +178,16 @@ struct MasterAddress {
 };
 
 // keys::memory: what a node's memory tier holds (docs/memory-tier.md), set by
-// its agent whenever its workers are gone, and where its peers fetch it:
-// "<host> <port> <step> <snapshot name>..." (step 0 and no name: nothing).
+// its agent whenever its workers are gone and by its replicator while they
+// run, and where its peers fetch it: "<host> <port> <step> <snapshot
+// name>..." (step 0 and no name: nothing), a name that came from a peer
+// (a replica, a restore's fetch) written "+<name>".
 struct MemoryHoldings {
   std::string host;
   int port = 0;
   int64_t step = 0;
-  std::vector<std::string> snapshots;
+  std::vector<std::string> snapshots;  // all, fetched ones included
+  std::vector<std::string> fetched;    // those of them that came from a peer
   std::string serialize() const;
   static std::optional<MemoryHoldings> try_parse(const std::string& text);
 };

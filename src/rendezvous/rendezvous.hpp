@@ -154,6 +154,9 @@ class Rendezvous {
   void publish_memory(const MemoryHoldings& holdings);
   // By node id, in the order given; nullopt for a node that published none.
   std::vector<std::optional<MemoryHoldings>> memory_of(const std::vector<std::string>& node_ids);
+  // Raised by every publish_memory of any node: the holdings changed since
+  // a reader last saw a lower value.
+  int64_t memory_generation();
 
   // The step at which every worker of the round stops for a voluntary
   // scale event: each of the round's `members` agents posts its node's

@@ -62,6 +62,11 @@ void Rendezvous::announce_leaving(uint64_t round) {
 
 void Rendezvous::publish_memory(const MemoryHoldings& holdings) {
   client_.set(keys::memory(config_.node_id), holdings.serialize());
+  client_.add(keys::kMemoryGeneration, 1);
+}
+
+int64_t Rendezvous::memory_generation() {
+  return client_.add(keys::kMemoryGeneration, 0);
 }
 
 std::vector<std::optional<MemoryHoldings>> Rendezvous::memory_of(

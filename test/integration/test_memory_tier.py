@@ -148,3 +148,75 @@ def saves(events: Path, world: int) -> list[dict]:
         return []
     return [e for e in map(json.loads, path.read_text().splitlines())
             if e["event"] == "saved" and e["world"] == world]
+
+
+def replicated(tmp_path: Path, agents, world: int) -> dict[int, set[str]]:
+    """step -> the sources (node ids) whose shards of that step, saved at
+    `world` ranks, some agent of `agents` replicated (their event logs)."""
+    out: dict[int, set[str]] = {}
+    for n in agents:
+        log = tmp_path / f"agent{n}.events.jsonl"
+        if not log.exists():
+            continue
+        for line in log.read_text().splitlines():
+            try:
+                e = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line being written
+            if e.get("event") != "memory_replicate" or not e["snapshot"].endswith(f"of{world}"):
+                continue
+            out.setdefault(int(e["snapshot"][5:14]), set()).add(e["source"])
+    return out
+
+
+def test_a_sharded_state_survives_a_nodes_loss_from_its_replicas_and_the_loss_of_two_names_the_lost_shards(  # noqa: E501
+        procs, marker, elasticrun, tmp_path, store):  # noqa: F811
+    """FSDP2 over gloo on four nodes, one rank each, the state in the memory
+    tiers only, each node's shards replicated to the next node while the
+    job trains (--memory-replicas 1). Once every node's shards of a step
+    are replicated, kill -9 of a whole node: its shards are on no survivor
+    but as a replica, and the job goes on at 3 ranks, resharded from the
+    memory replicas, bit for bit the state saved at that step. Then two of
+    the three nodes are killed at once: one rank's shards were on those two
+    only, so the survivor stops with an error that names them rather than
+    train from step 0."""
+    events = tmp_path / "events"
+    job = Job(procs, marker, elasticrun, tmp_path, "1:4", f"127.0.0.1:{store}",
+              run_id="memory-replicas", worker=FSDP_WORKER,
+              extra=["--max-restarts", "1", "--faulty-scale-down-timeout", "1"],
+              worker_args=[events, "--steps", "100000", "--save-every", "4"])
+    for n in (1, 2, 3, 4):
+        job.start_agent(n, "--memory-replicas", "1", "--event-log",
+                        str(tmp_path / f"agent{n}.events.jsonl"))
+
+    def all_replicated(agents, world):
+        def found():
+            steps = [s for s, sources in replicated(tmp_path, agents, world).items()
+                     if len(sources) == world]
+            return max(steps) if steps else None
+        return wait_for(found, f"every node's shards of a step at world {world} replicated",
+                        timeout=2 * GEN_TIMEOUT_S, proc=job.agents[1])
+
+    step4 = all_replicated((1, 2, 3, 4), 4)
+    job.agents[4].popen.send_signal(signal.SIGKILL)
+    assert job.agents[4].wait(30) == -signal.SIGKILL
+
+    def loads(world):
+        return [e for e in map(json.loads, (events / "events.jsonl").read_text().splitlines())
+                if e["event"] == "loaded" and e["world"] == world and e["step"] > 0]
+    wait_for(lambda: loads(3) or None, "a load at world 3", timeout=2 * GEN_TIMEOUT_S,
+             proc=job.agents[1])
+    saved = {e["step"]: e["digest"] for e in saves(events, world=4)}
+    load = loads(3)[0]
+    assert load["step"] >= step4, (load, step4)
+    assert load["digest"] == saved[load["step"]], (load, saved)
+
+    # Three nodes now; once their shards of a step are replicated, two go.
+    all_replicated((1, 2, 3), 3)
+    job.agents[2].popen.send_signal(signal.SIGKILL)
+    job.agents[3].popen.send_signal(signal.SIGKILL)
+    finish(job, marker, {1: 1, 2: -signal.SIGKILL, 3: -signal.SIGKILL})
+    out = job.agents[1].stdout() + job.agents[1].stderr()
+    assert "cannot be restored from the memory tier" in out, job.agents[1].describe()
+    assert "of the 3 that saved step" in out, job.agents[1].describe()
+    assert not tiers_of(job), tiers_of(job)

@@ -180,3 +180,31 @@ def test_a_sharded_state_saved_at_four_ranks_restores_from_memory_at_three_bit_f
     loaded = run_world(tmp_path, 3, tmp_path / "tiers3", "load", worker=FSDP_WORKER)
     for out in loaded:
         assert "the shards of rank(s) 1 of the 4 that saved step 3 are on no node" in out["error"]
+
+
+def test_under_replication_a_ranks_older_shards_are_left_for_the_agent_to_prune(
+        tmp_path, monkeypatch):
+    """The agent replicates sharded state to peers (ELASTICRUN_MEMORY_REPLICAS)
+    and removes a rank's older shards only once the newer step is
+    replicated: a node lost before then needs the older step of every rank,
+    so the SDK's prune leaves them."""
+    from elasticrun.memory import MemoryTier, snapshot_name
+
+    def tier_with_two_steps(name: str) -> MemoryTier:
+        root = tmp_path / name
+        for step in (4, 8):
+            snap = root / snapshot_name(step, 0, 2)
+            snap.mkdir(parents=True)
+            (snap / ".metadata").write_bytes(b"m")
+        monkeypatch.setenv("ELASTICRUN_MEMORY_DIR", str(root))
+        return MemoryTier.from_env()
+
+    monkeypatch.setenv("ELASTICRUN_MEMORY_REPLICAS", "1")
+    replicated = tier_with_two_steps("replicated")
+    replicated.prune(8, 0, 2)
+    assert [p.name for p in replicated.snapshots()] == [snapshot_name(4, 0, 2),
+                                                       snapshot_name(8, 0, 2)]
+    monkeypatch.delenv("ELASTICRUN_MEMORY_REPLICAS")
+    alone = tier_with_two_steps("alone")
+    alone.prune(8, 0, 2)
+    assert [p.name for p in alone.snapshots()] == [snapshot_name(8, 0, 2)]

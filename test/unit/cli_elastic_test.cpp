@@ -137,6 +137,8 @@ TEST_CASE("every elastic flag takes both spellings and has no PET_ fallback", "[
       {Flag::kHostDiscoveryScript, "/opt/discover-hosts.sh"},
       {Flag::kHostDiscoveryInterval, "2.5"},
       {Flag::kMemoryTierLimit, "8G"},
+      {Flag::kMemoryReplicas, "2"},
+      {Flag::kMemoryReplicationRate, "64M"},
   };
   const std::string baseline = to_json(parse({"--rdzv-id", "x", "--rdzv-backend", "c10d"}));
   size_t seen = 0;
@@ -473,4 +475,21 @@ TEST_CASE("--memory-tier-limit takes bytes with a binary suffix, auto or 0", "[c
   REQUIRE_THROWS_WITH(limit("-1"), Contains("not a size"));
   REQUIRE_THROWS_WITH(limit(""), Contains("not a size"));
   REQUIRE_THROWS_WITH(limit("99999999999T"), Contains("too large"));
+}
+
+TEST_CASE("--memory-replicas and --memory-replication-rate", "[cli]") {
+  const auto base = parse({"--rdzv-backend", "c10d"});
+  CHECK(base.memory_replicas == 1);
+  CHECK(base.memory_replication_rate == uint64_t{1} << 30);
+  const auto c = parse(
+      {"--rdzv-backend", "c10d", "--memory-replicas", "2", "--memory-replication-rate", "100M"});
+  CHECK(c.memory_replicas == 2);
+  CHECK(c.memory_replication_rate == uint64_t{100} << 20);
+  CHECK(
+      parse({"--rdzv-backend", "c10d", "--memory-replication-rate", "0"}).memory_replication_rate ==
+      0);
+  REQUIRE_THROWS_WITH(parse({"--rdzv-backend", "c10d", "--memory-replicas", "-1"}),
+                      Contains("--memory-replicas '-1'"));
+  REQUIRE_THROWS_WITH(parse({"--rdzv-backend", "c10d", "--memory-replication-rate", "auto"}),
+                      Contains("not auto"));
 }

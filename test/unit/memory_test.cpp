@@ -1,11 +1,15 @@
 // The memory tier (src/memory): snapshot names and manifests, the tier's
 // adoption of what workers wrote, and fetches between two tiers over real
 // loopback HTTP, including a copy that changed in memory after its
-// manifest was made and a peer that lies about a file's name.
+// manifest was made and a peer that lies about a file's name; the
+// replication's placement, what it fetches, when shards are safe to prune,
+// and a replication held to its rate or cut midway.
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <thread>
 
 #include "memory/peer.hpp"
+#include "memory/replication_plan.hpp"
 #include "memory/restore_plan.hpp"
 #include "memory/snapshot.hpp"
 #include "memory/tier.hpp"
@@ -142,7 +146,7 @@ TEST_CASE("a peer's snapshot arrives whole, and a corrupt or oversized one never
     auto t = Tier::create(b_base.path(), std::nullopt);
     CHECK_THAT(fetch_snapshot("127.0.0.1", server.port(), "step_000000031.r0", *t).message(),
                Catch::Contains("does not hold it"));
-    CHECK_FALSE(fetch_snapshot("127.0.0.1", 1, name, *t, std::chrono::seconds(2)));
+    CHECK_FALSE(fetch_snapshot("127.0.0.1", 1, name, *t, {.timeout = std::chrono::seconds(2)}));
   }
 }
 
@@ -208,5 +212,145 @@ TEST_CASE("a restore plan takes the newest step the members can restore together
   SECTION("nothing anywhere, or nothing complete") {
     CHECK(plan({{"a", 1, {}}}, {}).step == 0);
     CHECK(plan({{"a", 1, {"step_000000012.r0of2"}}}, {}).step == 0);
+  }
+}
+
+TEST_CASE("replicas go on the ring's next members, never on the node itself", "[memory]") {
+  CHECK(replica_sources(3, 0, 1) == std::vector<size_t>{2});
+  CHECK(replica_sources(3, 1, 1) == std::vector<size_t>{0});
+  CHECK(replica_sources(4, 1, 2) == std::vector<size_t>{0, 3});
+  CHECK(replica_sources(3, 0, 5) == std::vector<size_t>{2, 1});  // at most n-1
+  CHECK(replica_sources(1, 0, 1).empty());
+  CHECK(replica_sources(3, 0, 0).empty());
+  // Every member's shards are held by exactly r others.
+  for (size_t n : {2u, 3u, 5u}) {
+    for (int r = 1; r < static_cast<int>(n); ++r) {
+      std::vector<int> held(n, 0);
+      for (size_t me = 0; me < n; ++me) {
+        for (size_t src : replica_sources(n, me, r)) {
+          CHECK(src != me);
+          ++held[src];
+        }
+      }
+      for (int h : held) CHECK(h == r);
+    }
+  }
+}
+
+TEST_CASE("a replica holder fetches each rank's newest shards it lacks, of sharded state only",
+          "[memory]") {
+  const std::vector<std::string> source{"step_000000010.r0of4", "step_000000010.r1of4",
+                                        "step_000000020.r0of4", "step_000000020.r1of4",
+                                        "step_000000020.r0"};
+  CHECK(to_replicate(source, {}) ==
+        std::vector<std::string>{"step_000000020.r0of4", "step_000000020.r1of4"});
+  CHECK(to_replicate(source, {"step_000000020.r0of4"}) ==
+        std::vector<std::string>{"step_000000020.r1of4"});
+  CHECK(to_replicate({"step_000000020.r0"}, {}).empty());  // every node keeps its own
+}
+
+TEST_CASE("a step is safe once every rank's shards are on enough members", "[memory]") {
+  // Three members, one rank each; r = 1: two copies of each rank's shards.
+  const std::vector<std::vector<std::string>> before{
+      {"step_000000010.r0of3", "step_000000010.r2of3", "step_000000020.r0of3"},
+      {"step_000000010.r1of3", "step_000000010.r0of3", "step_000000020.r1of3",
+       "step_000000020.r0of3"},
+      {"step_000000010.r2of3", "step_000000010.r1of3", "step_000000020.r2of3"}};
+  CHECK(safe_step(before, 2) == 10);  // rank 1's and 2's shards of 20 are on one member
+  CHECK(safe_step(before, 1) == 20);
+  CHECK(safe_step(before, 3) == 0);
+  auto after = before;
+  after[0].push_back("step_000000020.r2of3");
+  after[2].push_back("step_000000020.r1of3");
+  CHECK(safe_step(after, 2) == 20);
+  // A member listing a name twice is one copy.
+  CHECK(safe_step({{"step_000000005.r0of1", "step_000000005.r0of1"}}, 2) == 0);
+  CHECK(safe_step({}, 1) == 0);
+}
+
+TEST_CASE(
+    "while workers run, the tier lists what they published, leaves what they write, and "
+    "prunes shards older than a safe step",
+    "[memory]") {
+  TempDir base;
+  auto t = Tier::create(base.path(), std::nullopt);
+  write_snapshot(*t, 10, 0, "ten", 2);
+  write_snapshot(*t, 20, 0, "twenty", 2);
+  write_snapshot(*t, 20, 0, "whole");
+  fs::create_directory(t->path() / "step_000000030.r0of2.partial");  // being written
+  Tier::Holding h = t->scan();
+  CHECK(h.step == 20);
+  CHECK(h.snapshots == std::vector<std::string>{"step_000000010.r0of2", "step_000000020.r0",
+                                                "step_000000020.r0of2"});
+  CHECK(h.fetched.empty());
+  CHECK(fs::exists(t->path() / "step_000000030.r0of2.partial"));
+  REQUIRE(t->manifest("step_000000010.r0of2"));
+  // A worker pruned one: forgotten.
+  fs::remove_all(t->path() / "step_000000010.r0of2");
+  CHECK(t->scan().snapshots.size() == 2);
+  CHECK_FALSE(t->manifest("step_000000010.r0of2"));
+  write_snapshot(*t, 15, 1, "fifteen", 2);
+  t->scan();
+  CHECK(t->remove_shards_before(20) == 1);
+  CHECK_FALSE(fs::exists(t->path() / "step_000000015.r1of2"));
+  CHECK(t->scan().snapshots ==
+        std::vector<std::string>{"step_000000020.r0", "step_000000020.r0of2"});
+  CHECK(fs::exists(t->path() / "step_000000030.r0of2.partial"));
+  // A restore of step 12: what is newer belongs to steps trained again.
+  write_snapshot(*t, 12, 0, "twelve", 2);
+  t->scan();
+  CHECK(t->remove_newer_than(12) == 2);
+  CHECK(t->scan().snapshots == std::vector<std::string>{"step_000000012.r0of2"});
+}
+
+TEST_CASE(
+    "a lost node's replicated shards outlive this node's newer ones of a step that node never "
+    "finished",
+    "[memory]") {
+  TempDir a_base, b_base;
+  auto lost = Tier::create(a_base.path(), std::nullopt);
+  write_snapshot(*lost, 20, 1, "rank 1 at 20", 2);
+  REQUIRE(lost->adopt().step == 20);
+  PeerServer server("127.0.0.1", *lost);
+  auto t = Tier::create(b_base.path(), std::nullopt);
+  REQUIRE(fetch_snapshot("127.0.0.1", server.port(), "step_000000020.r1of2", *t));
+  write_snapshot(*t, 20, 0, "rank 0 at 20", 2);
+  write_snapshot(*t, 30, 0, "rank 0 at 30; rank 1 never wrote 30", 2);
+  const Tier::Holding h = t->adopt();
+  CHECK(h.snapshots == std::vector<std::string>{"step_000000020.r0of2", "step_000000020.r1of2",
+                                                "step_000000030.r0of2"});
+  CHECK(h.fetched == std::vector<std::string>{"step_000000020.r1of2"});
+}
+
+TEST_CASE("a replication is held to its rate, and one cut midway leaves nothing", "[memory]") {
+  TempDir a_base, b_base;
+  auto holder = Tier::create(a_base.path(), std::nullopt);
+  const std::string payload(12 << 20, 'r');  // three chunks of 4 MiB
+  write_snapshot(*holder, 40, 0, payload, 2);
+  REQUIRE(holder->adopt().step == 40);
+  PeerServer server("127.0.0.1", *holder);
+  const std::string name = "step_000000040.r0of2";
+  auto t = Tier::create(b_base.path(), std::nullopt);
+  SECTION("at 16 MiB/s, 12 MiB take at least the time the rate allows for the first 8") {
+    const auto t0 = std::chrono::steady_clock::now();
+    REQUIRE(fetch_snapshot("127.0.0.1", server.port(), name, *t,
+                           {.bytes_per_second = uint64_t{16} << 20}));
+    CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(500));
+    CHECK(read_file(t->path() / name / "__0_0.distcp") == payload);
+  }
+  SECTION("cancelled while it runs: refused, and no part of it stays") {
+    std::atomic<bool> cancel{false};
+    std::thread cutter([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      cancel = true;
+    });
+    const auto st = fetch_snapshot("127.0.0.1", server.port(), name, *t,
+                                   {.bytes_per_second = uint64_t{4} << 20, .cancel = &cancel});
+    cutter.join();
+    REQUIRE_FALSE(st);
+    CHECK_THAT(st.message(), Catch::Contains("stopped"));
+    CHECK_FALSE(t->holds(name));
+    CHECK(fs::is_empty(t->path()));
+    CHECK(t->scan().snapshots.empty());
   }
 }

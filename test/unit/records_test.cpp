@@ -146,6 +146,24 @@ TEST_CASE("a heartbeat carries the node's progress and reads older beats", "[rec
   CHECK(odd->rank_steps.empty());
 }
 
+TEST_CASE("a node's memory holdings mark what came from a peer", "[records]") {
+  MemoryHoldings h{"10.0.0.7",
+                   4242,
+                   40,
+                   {"step_000000040.r0of2", "step_000000040.r1of2"},
+                   {"step_000000040.r1of2"}};
+  CHECK(h.serialize() == "10.0.0.7 4242 40 step_000000040.r0of2 +step_000000040.r1of2");
+  const auto back = MemoryHoldings::try_parse(h.serialize());
+  REQUIRE(back);
+  CHECK(back->snapshots == h.snapshots);
+  CHECK(back->fetched == h.fetched);
+  // As an agent before replication wrote it: every name its own.
+  const auto old = MemoryHoldings::try_parse("10.0.0.7 4242 40 step_000000040.r0");
+  REQUIRE(old);
+  CHECK(old->fetched.empty());
+  CHECK_FALSE(MemoryHoldings::try_parse("10.0.0.7 0 40"));
+}
+
 TEST_CASE("every key of a round lives under that round", "[records]") {
   CHECK(keys::join(7, 2) == "r/7/rec/2");
   CHECK(keys::placement(7, 1, 2) == "r/7/assign/1/2");
