@@ -201,8 +201,24 @@ class DynamicAgent {
       log_->warn("round {}: cannot read the members' memory snapshots: {}", place.round, e.what());
       return;
     }
-    const memory::Tier::Holding mine = node_.memory->adopt();
-    const memory::RestorePlan plan = memory::plan_restore(members, mine.snapshots);
+    memory::Tier::Holding mine = node_.memory->adopt();
+    memory::RestorePlan plan = memory::plan_restore(members, mine.snapshots);
+    // The replicas of the step restored, checked again before the workers
+    // load them here: one whose bytes changed in memory since it arrived
+    // is removed, and fetched afresh from another member that holds it.
+    bool bad = false;
+    for (const auto& name : mine.fetched) {
+      const auto n = memory::SnapshotName::parse(name);
+      if (!n || n->step != plan.step) continue;
+      if (const util::Status st = node_.memory->verify(name); !st) {
+        log_->error("round {}: {}", place.round, st.message());
+        bad = true;
+      }
+    }
+    if (bad) {
+      mine = node_.memory->adopt();
+      plan = memory::plan_restore(members, mine.snapshots);
+    }
     for (const auto& why : plan.incomplete) {
       log_->warn("round {}: not restoring the memory snapshots of {}", place.round, why);
     }
@@ -216,7 +232,7 @@ class DynamicAgent {
           place.round, abandoned, plan.step);
     }
     if (plan.fetches.empty()) {
-      if (abandoned > 0) publish_memory();
+      if (abandoned > 0 || bad) publish_memory();
       return;
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -254,7 +270,7 @@ class DynamicAgent {
                                                       {"bytes", bytes},
                                                       {"seconds", static_cast<double>(ms) / 1000.0},
                                                       {"incomplete", incomplete}});
-    if (fetched > 0 || abandoned > 0) publish_memory();
+    if (fetched > 0 || abandoned > 0 || bad) publish_memory();
     if (fetched > 0) {
       log_->info(
           "round {}: fetched {} memory snapshot(s) of step {} ({} bytes) from the members "

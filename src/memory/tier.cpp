@@ -141,6 +141,35 @@ Tier::Holding Tier::scan() {
   return holding();
 }
 
+util::Status Tier::verify(const std::string& snapshot) {
+  const auto want = manifest(snapshot);
+  if (!want) return util::Status(ENOENT, snapshot + ": not in the memory tier");
+  auto have = Manifest::of_directory(path_ / snapshot);
+  std::string why;
+  if (!have) {
+    why = have.status().message();
+  } else {
+    for (const auto& f : want->files) {
+      const auto it = std::find_if(have.value().files.begin(), have.value().files.end(),
+                                   [&](const ManifestFile& h) { return h.name == f.name; });
+      if (it == have.value().files.end()) {
+        why = f.name + " is gone";
+      } else if (it->size != f.size || it->crc32c != f.crc32c) {
+        why = f.name + " changed in memory since its checksum was made";
+      }
+      if (!why.empty()) break;
+    }
+  }
+  if (why.empty()) return {};
+  remove_if([&](const SnapshotName& n) { return n.str() == snapshot; });
+  return util::Status(EIO, snapshot + ": " + why + "; removed, not loaded");
+}
+
+bool Tier::fetched(const std::string& snapshot) const {
+  std::lock_guard lock(mu_);
+  return fetched_.count(snapshot) > 0;
+}
+
 size_t Tier::remove_shards_before(int64_t step) {
   return remove_if([step](const SnapshotName& n) { return n.world && n.step < step; });
 }

@@ -74,6 +74,13 @@ class Tier {
   // once every rank's shards of `step` are safe (replication_plan.hpp).
   // Returns how many it removed.
   size_t remove_shards_before(int64_t step);
+  // Checksums the adopted snapshot `snapshot` again against its manifest;
+  // a copy whose bytes changed in memory since is removed, and the error
+  // says which file differs.
+  util::Status verify(const std::string& snapshot);
+  // Whether `snapshot` came from a peer (a replica, a restore's fetch).
+  bool fetched(const std::string& snapshot) const;
+
   // Removes every snapshot newer than `step`, the one the job restores:
   // they belong to a run of steps the job abandons, and a later restore
   // must never take one for the state of a step trained again since.

@@ -176,7 +176,9 @@ def test_a_sharded_state_survives_a_nodes_loss_from_its_replicas_and_the_loss_of
     job trains (--memory-replicas 1). Once every node's shards of a step
     are replicated, kill -9 of a whole node: its shards are on no survivor
     but as a replica, and the job goes on at 3 ranks, resharded from the
-    memory replicas, bit for bit the state saved at that step. Then two of
+    memory replicas, bit for bit the state saved at that step, and once a
+    step at 3 ranks is replicated the shards of 4 ranks, the lost node's
+    replicas among them, are freed. Then two of
     the three nodes are killed at once: one rank's shards were on those two
     only, so the survivor stops with an error that names them rather than
     train from step 0."""
@@ -211,8 +213,16 @@ def test_a_sharded_state_survives_a_nodes_loss_from_its_replicas_and_the_loss_of
     assert load["step"] >= step4, (load, step4)
     assert load["digest"] == saved[load["step"]], (load, saved)
 
-    # Three nodes now; once their shards of a step are replicated, two go.
+    # Three nodes now; once their shards of a step are replicated, the lost
+    # node's replicas (and every other shard of world 4) are freed.
     all_replicated((1, 2, 3), 3)
+
+    def world4_left():
+        return [p.name for n in (1, 2, 3)
+                for tier in SHM.glob(f"elasticrun-mem-{job.agents[n].pid}-*")
+                for p in tier.iterdir() if p.name.endswith("of4")]
+    wait_for(lambda: not world4_left(), "the shards of world 4 freed", timeout=30,
+             proc=job.agents[1])
     job.agents[2].popen.send_signal(signal.SIGKILL)
     job.agents[3].popen.send_signal(signal.SIGKILL)
     finish(job, marker, {1: 1, 2: -signal.SIGKILL, 3: -signal.SIGKILL})

@@ -320,6 +320,18 @@ TEST_CASE(
   CHECK(h.snapshots == std::vector<std::string>{"step_000000020.r0of2", "step_000000020.r1of2",
                                                 "step_000000030.r0of2"});
   CHECK(h.fetched == std::vector<std::string>{"step_000000020.r1of2"});
+  CHECK(t->fetched("step_000000020.r1of2"));
+  CHECK_FALSE(t->fetched("step_000000020.r0of2"));
+
+  // The replica's bytes change in this node's memory: checked before a
+  // restore, it is removed rather than loaded.
+  REQUIRE(t->verify("step_000000020.r1of2"));
+  write_file(t->file("step_000000020.r1of2", "__0_0.distcp"), "rank 1 at 2O");
+  const auto st = t->verify("step_000000020.r1of2");
+  REQUIRE_FALSE(st);
+  CHECK_THAT(st.message(), Catch::Contains("__0_0.distcp changed in memory"));
+  CHECK_FALSE(t->holds("step_000000020.r1of2"));
+  CHECK_FALSE(fs::exists(t->path() / "step_000000020.r1of2"));
 }
 
 TEST_CASE("a replication is held to its rate, and one cut midway leaves nothing", "[memory]") {
