@@ -108,6 +108,7 @@ class DynamicAgent {
       }
       const Assignment a = start_round(place);
       record_round_start(place, a);
+      restored_step_ = 0;
       if (!parked_) restore_memory(place);
       if (node_.control && !parked_) node_.control->reset(place.round);
       Round round(config_, rc_, place, node_.control, *courier_, beat_, node_.gpu, node_.metrics);
@@ -224,6 +225,7 @@ class DynamicAgent {
     }
     // What is newer than the step restored, the job trains again: kept, a
     // later restore could take it for the new run's state of its step.
+    restored_step_ = plan.step;
     const size_t abandoned = plan.step > 0 ? node_.memory->remove_newer_than(plan.step) : 0;
     if (abandoned > 0) {
       log_->info(
@@ -293,6 +295,7 @@ class DynamicAgent {
       return nullptr;
     }
     o.me = static_cast<size_t>(place.group_rank);
+    o.restored_step = restored_step_;
     o.replicas = config_.memory_replicas;
     o.bytes_per_second = config_.memory_replication_rate;
     if (peer_) {
@@ -419,6 +422,10 @@ class DynamicAgent {
   // --inprocess-restart: the last attempt's workers, parked for the next round.
   std::shared_ptr<ParkedWorkers> parked_;
   std::unique_ptr<memory::PeerServer> peer_;  // serves node_.memory to the peers
+  // The step this round's restore chose (0: none): the replicator keeps
+  // what is older until a newer step is safe, since the workers may load
+  // an older one (a node's fetch failed).
+  int64_t restored_step_ = 0;
   // The replicators' store connection (one runs at a time, in an attempt).
   std::unique_ptr<rendezvous::Rendezvous> replica_store_;
   std::shared_ptr<spdlog::logger> log_ = util::logger("agent");

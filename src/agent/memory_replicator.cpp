@@ -90,7 +90,7 @@ void MemoryReplicator::pass() {
   };
   const int copies = std::min<int>(o_.replicas + 1, static_cast<int>(o_.members.size()));
   const int64_t safe = memory::safe_step(lists(), copies);
-  if (safe > pruned_before_) {
+  if (safe > pruned_before_ && safe > o_.restored_step) {
     if (tier_.remove_shards_before(safe) > 0) {
       mine = tier_.scan();
       publish(mine);

@@ -39,7 +39,11 @@ class MemoryReplicator {
     std::vector<std::string> members;  // the round's node ids, in group-rank order
     size_t me = 0;                     // this node's index in `members`
     int replicas = 1;                  // r
-    uint64_t bytes_per_second = 0;     // 0: no cap
+    // The step the round's restore chose: nothing is pruned until a newer
+    // one is safe (the workers load it, or an older one every node has,
+    // while the replicator starts).
+    int64_t restored_step = 0;
+    uint64_t bytes_per_second = 0;  // 0: no cap
     // Where this node's peer server is; port 0: it has none, so nothing is
     // published (peers cannot fetch from it), but pruning goes on.
     std::string host;
