@@ -2,12 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "agent/addresses.hpp"
 #include "agent/courier.hpp"
 #include "agent/embedded_store.hpp"
 #include "agent/failure_report.hpp"
+#include "agent/memory_handoff.hpp"
 #include "agent/memory_replicator.hpp"
 #include "agent/pid1_signals.hpp"
 #include "agent/round.hpp"
@@ -15,6 +17,7 @@
 #include "elasticrun/errors.hpp"
 #include "events/types.hpp"
 #include "memory/peer.hpp"
+#include "memory/replication_plan.hpp"
 #include "memory/restore_plan.hpp"
 #include "rendezvous/heartbeat.hpp"
 #include "util/logging.hpp"
@@ -109,7 +112,10 @@ class DynamicAgent {
       const Assignment a = start_round(place);
       record_round_start(place, a);
       restored_step_ = 0;
-      if (!parked_) restore_memory(place);
+      const std::vector<std::string> leavers = memory_leavers(place);
+      if (!parked_) restore_memory(place, leavers);
+      // The leavers serving their tiers wait for every member's restore.
+      if (!leavers.empty()) take_memory_handoff(place);
       if (node_.control && !parked_) node_.control->reset(place.round);
       Round round(config_, rc_, place, node_.control, *courier_, beat_, node_.gpu, node_.metrics);
       std::unique_ptr<MemoryReplicator> replicator = start_replicator(place);
@@ -122,10 +128,14 @@ class DynamicAgent {
       // record) is in the store before this node looks at the round's end.
       courier_->drain();
       // This node's workers are gone (or parked): what they saved is adopted.
-      if (!parked_) publish_memory();
+      memory::Tier::Holding held;
+      if (!parked_) held = publish_memory();
 
       // Signaled, or stopped with the others after a signal: this node leaves.
-      if (r.outcome == Outcome::kSignaled || r.stop_signal != 0) return 128 + r.stop_signal;
+      if (r.outcome == Outcome::kSignaled || r.stop_signal != 0) {
+        hand_off_memory(place, held);
+        return 128 + r.stop_signal;
+      }
       if (r.outcome == Outcome::kSucceeded) return exit_barrier(place);
       if (r.outcome == Outcome::kFailed) {
         if (r.failures.empty() && !r.fault) {
@@ -177,13 +187,56 @@ class DynamicAgent {
     publish_memory();
   }
 
-  void publish_memory() {
-    if (!peer_) return;
-    const memory::Tier::Holding h = node_.memory->adopt();
+  // Returns what it published (nothing without a peer server).
+  memory::Tier::Holding publish_memory() {
+    if (!peer_) return {};
+    memory::Tier::Holding h = node_.memory->adopt();
     try {
       rdzv_->publish_memory({rc_.host, peer_->port(), h.step, h.snapshots, h.fetched});
     } catch (const Error& e) {
       log_->warn("cannot publish this node's memory snapshots: {}", e.what());
+    }
+    return h;
+  }
+
+  // A graceful leave (agent/memory_handoff.hpp): this node's own shards of
+  // its newest step (the leave's agreed step) are served until the next
+  // round's members have restored them. Without a peer server there is
+  // nothing to serve, and the offer says so.
+  void hand_off_memory(const rendezvous::Assignment& place, const memory::Tier::Holding& held) {
+    std::vector<std::string> shards;
+    if (peer_) {
+      std::vector<std::string> own;
+      for (const auto& name : held.snapshots) {
+        if (!std::binary_search(held.fetched.begin(), held.fetched.end(), name)) {
+          own.push_back(name);
+        }
+      }
+      shards = memory::newest_shards(own);
+    }
+    serve_memory_handoff(*rdzv_, place.round, place.group_world_size, shards,
+                         2 * rc_.rejoin_timeout, *node_.events);
+  }
+
+  // The nodes that left the round before this one gracefully and serve
+  // their memory tiers until its members have restored: waited for as long
+  // as a silent node takes to count as lost.
+  std::vector<std::string> memory_leavers(const rendezvous::Assignment& place) {
+    if (!node_.memory || place.round < 2) return {};
+    try {
+      return rdzv_->memory_offers(place.round - 1, rc_.heartbeat_interval * rc_.missed_heartbeats);
+    } catch (const Error& e) {
+      log_->warn("round {}: cannot read the memory tiers the leavers offer: {}", place.round,
+                 e.what());
+      return {};
+    }
+  }
+
+  void take_memory_handoff(const rendezvous::Assignment& place) {
+    try {
+      rdzv_->memory_taken(place.round - 1);
+    } catch (const Error& e) {
+      log_->warn("round {}: cannot tell the leavers this node restored: {}", place.round, e.what());
     }
   }
 
@@ -191,11 +244,16 @@ class DynamicAgent {
   // tiers can restore together, and what of it this node lacks (a node that
   // replaces a lost one or joins holds nothing; a sharded state needs every
   // rank's shards), fetched from the members that hold it.
-  void restore_memory(const rendezvous::Assignment& place) {
+  // `leavers`: nodes that left the round before and serve their tiers;
+  // holders after the members.
+  void restore_memory(const rendezvous::Assignment& place,
+                      const std::vector<std::string>& leavers) {
     if (!peer_) return;
     std::vector<memory::PeerHolding> members;
     try {
-      for (const auto& h : rdzv_->memory_of(rdzv_->members(place.round))) {
+      std::vector<std::string> holders = rdzv_->members(place.round);
+      holders.insert(holders.end(), leavers.begin(), leavers.end());
+      for (const auto& h : rdzv_->memory_of(holders)) {
         if (h) members.push_back({h->host, h->port, h->snapshots});
       }
     } catch (const Error& e) {

@@ -45,6 +45,9 @@ inline constexpr std::string_view kMemoryFetch = "memory_fetch";
 // While the workers ran, this node replicated a member's shards into its
 // memory tier (docs/memory-tier.md).
 inline constexpr std::string_view kMemoryReplicate = "memory_replicate";
+// This node left gracefully and served its memory tier until the next
+// round's members had restored from it (docs/memory-tier.md).
+inline constexpr std::string_view kMemoryHandoff = "memory_handoff";
 // The workers' steps, sampled every kProgressInterval.
 inline constexpr std::string_view kProgress = "progress";
 
@@ -55,6 +58,6 @@ inline constexpr std::array kAll = {
     kAgentStart,      kAgentEnd,    kRoundStart,      kRoundEnd,        kWorkersStart,
     kWorkersEnd,      kNodeLost,    kWaiting,         kOperatorRequest, kPolicyDecision,
     kRestartDecision, kHealthFault, kNodeExcluded,    kLeave,           kSection,
-    kRescue,          kMemoryFetch, kMemoryReplicate, kProgress};
+    kRescue,          kMemoryFetch, kMemoryReplicate, kMemoryHandoff,   kProgress};
 
 }  // namespace elasticrun::events::type

@@ -34,6 +34,23 @@ std::vector<std::string> to_replicate(const std::vector<std::string>& source_own
   return out;
 }
 
+std::vector<std::string> newest_shards(const std::vector<std::string>& own) {
+  int64_t newest = 0;
+  std::vector<std::pair<int64_t, std::string>> shards;
+  for (const auto& name : own) {
+    const auto n = SnapshotName::parse(name);
+    if (!n || !n->world) continue;
+    shards.emplace_back(n->step, name);
+    newest = std::max(newest, n->step);
+  }
+  std::vector<std::string> out;
+  for (auto& [step, name] : shards) {
+    if (step == newest) out.push_back(std::move(name));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 int64_t safe_step(const std::vector<std::vector<std::string>>& holdings, int copies) {
   // (step, world) -> rank -> how many members hold its shards.
   std::map<std::pair<int64_t, int>, std::map<int, int>, std::greater<>> held;

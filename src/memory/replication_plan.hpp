@@ -26,6 +26,12 @@ std::vector<size_t> replica_sources(size_t members, size_t me, int replicas);
 std::vector<std::string> to_replicate(const std::vector<std::string>& source_own,
                                       const std::vector<std::string>& mine);
 
+// Of `own` (a node's own snapshots, not those it fetched), the shards of the
+// newest step among its sharded ones: what a node that leaves at an agreed
+// step saved last, and no replicator has copied yet. Empty when it holds
+// no shards.
+std::vector<std::string> newest_shards(const std::vector<std::string>& own);
+
 // The newest step of a sharded state each of whose `world` ranks' shards is
 // held by at least `copies` of the members (each member's holdings: own and
 // fetched names); 0 when there is none. A step at least this new survives

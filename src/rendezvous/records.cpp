@@ -107,6 +107,15 @@ std::string counted(uint64_t round) {
 std::string leaving(uint64_t round) {
   return round_key(round, "leaving");
 }
+std::string handoff_count(uint64_t round) {
+  return round_key(round, "handoff/count");
+}
+std::string handoff(uint64_t round, int64_t index) {
+  return round_key(round, "handoff/" + std::to_string(index));
+}
+std::string handoff_taken(uint64_t round) {
+  return round_key(round, "handoff/taken");
+}
 std::string done(uint64_t round) {
   return round_key(round, "done");
 }

@@ -74,11 +74,18 @@ std::string survivor_count(uint64_t round);           // ADD: survivor indices h
 std::string survivor(uint64_t round, int64_t index);  // node id of survivor `index`
 std::string counted(uint64_t round);                  // who counted the round before's failure
 std::string leaving(uint64_t round);                  // ADD: members that announced they leave
-std::string done(uint64_t round);                     // ADD: the exit barrier
-std::string stop_max_step(uint64_t round);            // the highest step posted (decimal)
-std::string stop_max_rate(uint64_t round);            // the fastest step rate posted (millihertz)
-std::string stop_posted(uint64_t round);              // ADD: members that posted
-std::string stop_step(uint64_t round);                // the agreed stop step (decimal)
+// A graceful leave's memory handoff (Rendezvous::offer_memory): ADD, the
+// offers of round n's leavers; offer i (the node id of a leaver that serves
+// its memory tier, or "-": one that does not); ADD, the members of round
+// n+1 that restored since.
+std::string handoff_count(uint64_t round);
+std::string handoff(uint64_t round, int64_t index);
+std::string handoff_taken(uint64_t round);
+std::string done(uint64_t round);           // ADD: the exit barrier
+std::string stop_max_step(uint64_t round);  // the highest step posted (decimal)
+std::string stop_max_rate(uint64_t round);  // the fastest step rate posted (millihertz)
+std::string stop_posted(uint64_t round);    // ADD: members that posted
+std::string stop_step(uint64_t round);      // the agreed stop step (decimal)
 // "full" when the restart policy made this round a full-job restart;
 // absent otherwise. Written before `closed`.
 std::string restart_mode(uint64_t round);

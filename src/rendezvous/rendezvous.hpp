@@ -157,6 +157,22 @@ class Rendezvous {
   // Raised by every publish_memory of any node: the holdings changed since
   // a reader last saw a lower value.
   int64_t memory_generation();
+  // A graceful leave's memory handoff: a node that announced it leaves
+  // `round`, once its workers are gone and its holdings are published, says
+  // whether it serves its tier until the next round's members restored
+  // (`serving`: its newest shards may be on no other node).
+  void offer_memory(uint64_t round, bool serving);
+  // The node ids serving their tier after leaving `round`, once every node
+  // that announced it leaves offered, or `wait` passed (those that offered
+  // by then).
+  std::vector<std::string> memory_offers(uint64_t round, Millis wait);
+  // A member of the round after `round` restored (or had nothing to
+  // restore); returns how many have.
+  int64_t memory_taken(uint64_t round, int64_t delta = 1);
+  // The members of `round` once it closed; nullopt while it is open.
+  std::optional<std::vector<std::string>> members_if_closed(uint64_t round);
+  // Whether `round` ended (its end record is written).
+  bool ended(uint64_t round);
 
   // The step at which every worker of the round stops for a voluntary
   // scale event: each of the round's `members` agents posts its node's

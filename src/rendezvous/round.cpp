@@ -85,6 +85,46 @@ int Rendezvous::leaving(uint64_t round) {
   return static_cast<int>(client_.add(keys::leaving(round), 0));
 }
 
+void Rendezvous::offer_memory(uint64_t round, bool serving) {
+  const int64_t i = client_.add(keys::handoff_count(round), 1);
+  client_.set(keys::handoff(round, i), serving ? config_.node_id : "-");
+}
+
+std::vector<std::string> Rendezvous::memory_offers(uint64_t round, Millis wait) {
+  const int expected = leaving(round);
+  std::vector<std::string> ks;
+  for (int i = 1; i <= expected; ++i) ks.push_back(keys::handoff(round, i));
+  if (ks.empty()) return {};
+  try {
+    client_.wait(ks, wait);
+  } catch (const TimeoutError&) {
+    util::logger("rendezvous")
+        ->warn("round {}: not every node that left offered its memory tier within {} ms", round,
+               wait.count());
+  }
+  std::vector<std::string> out;
+  for (const auto& k : ks) {
+    if (!client_.check({k})) continue;  // (after a timeout)
+    std::string v = client_.get(k);
+    if (!v.empty() && v != "-") out.push_back(std::move(v));
+  }
+  return out;
+}
+
+int64_t Rendezvous::memory_taken(uint64_t round, int64_t delta) {
+  return client_.add(keys::handoff_taken(round), delta);
+}
+
+std::optional<std::vector<std::string>> Rendezvous::members_if_closed(uint64_t round) {
+  if (!client_.check({keys::closed(round)})) return std::nullopt;
+  if (!Closed::parse(client_.get(keys::closed(round)))) return std::vector<std::string>{};
+  return members(round);
+}
+
+bool Rendezvous::ended(uint64_t round) {
+  return client_.check({keys::end(round)});
+}
+
 // Raises the decimal at key to at least value (COMPARE_SET until it holds).
 void Rendezvous::raise_to(const std::string& key, int64_t value) {
   const std::string mine = std::to_string(value);

@@ -14,6 +14,7 @@ the job trains on exactly as a run that never failed.
 from __future__ import annotations
 
 import json
+import re
 import signal
 from pathlib import Path
 
@@ -169,6 +170,28 @@ def replicated(tmp_path: Path, agents, world: int) -> dict[int, set[str]]:
     return out
 
 
+def all_replicated(job: Job, tmp_path: Path, agents, world: int) -> int:
+    """Waits until every node's shards of a step at `world` are replicated;
+    returns the newest such step."""
+    def found():
+        steps = [s for s, sources in replicated(tmp_path, agents, world).items()
+                 if len(sources) == world]
+        return max(steps) if steps else None
+    return wait_for(found, f"every node's shards of a step at world {world} replicated",
+                    timeout=2 * GEN_TIMEOUT_S, proc=job.agents[1])
+
+
+def agent_events(log: Path, event: str) -> list[dict]:
+    """The events of type `event` in an agent's --event-log."""
+    return [e for e in map(json.loads, log.read_text().splitlines()) if e["event"] == event]
+
+
+def loads(events: Path, world: int) -> list[dict]:
+    """The worker's loads of a saved state (step > 0) at `world` ranks."""
+    return [e for e in map(json.loads, (events / "events.jsonl").read_text().splitlines())
+            if e["event"] == "loaded" and e["world"] == world and e["step"] > 0]
+
+
 def test_a_sharded_state_survives_a_nodes_loss_from_its_replicas_and_the_loss_of_two_names_the_lost_shards(  # noqa: E501
         procs, marker, elasticrun, tmp_path, store):  # noqa: F811
     """FSDP2 over gloo on four nodes, one rank each, the state in the memory
@@ -191,31 +214,20 @@ def test_a_sharded_state_survives_a_nodes_loss_from_its_replicas_and_the_loss_of
         job.start_agent(n, "--memory-replicas", "1", "--event-log",
                         str(tmp_path / f"agent{n}.events.jsonl"))
 
-    def all_replicated(agents, world):
-        def found():
-            steps = [s for s, sources in replicated(tmp_path, agents, world).items()
-                     if len(sources) == world]
-            return max(steps) if steps else None
-        return wait_for(found, f"every node's shards of a step at world {world} replicated",
-                        timeout=2 * GEN_TIMEOUT_S, proc=job.agents[1])
-
-    step4 = all_replicated((1, 2, 3, 4), 4)
+    step4 = all_replicated(job, tmp_path, (1, 2, 3, 4), 4)
     job.agents[4].popen.send_signal(signal.SIGKILL)
     assert job.agents[4].wait(30) == -signal.SIGKILL
 
-    def loads(world):
-        return [e for e in map(json.loads, (events / "events.jsonl").read_text().splitlines())
-                if e["event"] == "loaded" and e["world"] == world and e["step"] > 0]
-    wait_for(lambda: loads(3) or None, "a load at world 3", timeout=2 * GEN_TIMEOUT_S,
+    wait_for(lambda: loads(events, 3) or None, "a load at world 3", timeout=2 * GEN_TIMEOUT_S,
              proc=job.agents[1])
     saved = {e["step"]: e["digest"] for e in saves(events, world=4)}
-    load = loads(3)[0]
+    load = loads(events, 3)[0]
     assert load["step"] >= step4, (load, step4)
     assert load["digest"] == saved[load["step"]], (load, saved)
 
     # Three nodes now; once their shards of a step are replicated, the lost
     # node's replicas (and every other shard of world 4) are freed.
-    all_replicated((1, 2, 3), 3)
+    all_replicated(job, tmp_path, (1, 2, 3), 3)
 
     def world4_left():
         return [p.name for n in (1, 2, 3)
@@ -229,4 +241,49 @@ def test_a_sharded_state_survives_a_nodes_loss_from_its_replicas_and_the_loss_of
     out = job.agents[1].stdout() + job.agents[1].stderr()
     assert "cannot be restored from the memory tier" in out, job.agents[1].describe()
     assert "of the 3 that saved step" in out, job.agents[1].describe()
+    assert not tiers_of(job), tiers_of(job)
+
+
+def test_a_graceful_leave_hands_the_survivors_its_shards_of_the_agreed_step(
+        procs, marker, elasticrun, tmp_path, store):  # noqa: F811
+    """FSDP2 on three nodes, one rank each, the state in the memory tiers
+    only and replicated (--memory-replicas 1). SIGTERM to node 3 (a spot
+    notice): the job stops at an agreed step and every rank saves it, so
+    node 3's shards of that step are in node 3's tier only. Its agent
+    serves them until both survivors have fetched them, and the job goes
+    on at two ranks from that very step, bit for bit, not from the older
+    step that was replicated before the notice. Then both survivors get
+    SIGTERM at once: nobody is left to restore, and they leave at once."""
+    events = tmp_path / "events"
+    job = Job(procs, marker, elasticrun, tmp_path, "1:3", f"127.0.0.1:{store}",
+              run_id="memory-handoff", worker=FSDP_WORKER,
+              worker_args=[events, "--steps", "100000", "--save-every", "4"])
+    for n in (1, 2, 3):
+        job.start_agent(n, "--memory-replicas", "1", "--event-log",
+                        str(tmp_path / f"agent{n}.events.jsonl"))
+    replicated_before = all_replicated(job, tmp_path, (1, 2, 3), 3)
+    job.agents[3].popen.send_signal(signal.SIGTERM)
+    assert job.agents[3].wait(GEN_TIMEOUT_S) == 128 + signal.SIGTERM, job.agents[3].describe()
+
+    wait_for(lambda: loads(events, 2) or None, "a load at world 2", timeout=2 * GEN_TIMEOUT_S,
+             proc=job.agents[1])
+    agreed = [e for e in saves(events, world=3) if e["why"] == "resize"]
+    assert len(agreed) == 1, agreed
+    load = loads(events, 2)[0]
+    assert load["step"] == agreed[0]["step"] > replicated_before, (load, agreed, replicated_before)
+    assert load["digest"] == agreed[0]["digest"], (load, agreed)
+    handoff = agent_events(tmp_path / "agent3.events.jsonl", "memory_handoff")
+    assert [(e["outcome"], e["members"]) for e in handoff] == [("restored", 2)], handoff
+    # Its own rank's shards of the agreed step (its group rank: the order
+    # the agents arrived in).
+    assert [re.sub(r"\.r\dof3$", ".rNof3", n) for n in handoff[0]["snapshots"]] == \
+        [f"step_{agreed[0]['step']:09d}.rNof3"], handoff
+
+    for n in (1, 2):
+        job.agents[n].popen.send_signal(signal.SIGTERM)
+    finish(job, marker, {1: 128 + signal.SIGTERM, 2: 128 + signal.SIGTERM})
+    for n in (1, 2):
+        outcomes = [e["outcome"] for e in
+                    agent_events(tmp_path / f"agent{n}.events.jsonl", "memory_handoff")]
+        assert outcomes == ["nobody_left"], (n, outcomes)
     assert not tiers_of(job), tiers_of(job)

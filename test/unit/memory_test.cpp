@@ -249,6 +249,15 @@ TEST_CASE("a replica holder fetches each rank's newest shards it lacks, of shard
   CHECK(to_replicate({"step_000000020.r0"}, {}).empty());  // every node keeps its own
 }
 
+TEST_CASE("a node that leaves hands off its own shards of its newest step", "[memory]") {
+  // Its rank 1 of world 4 at step 20 and its rank 1 of world 3 at step 28
+  // (a resize's agreed step): only the newer.
+  CHECK(newest_shards({"step_000000020.r1of4", "step_000000028.r1of3", "step_000000028.r2of3"}) ==
+        std::vector<std::string>{"step_000000028.r1of3", "step_000000028.r2of3"});
+  CHECK(newest_shards({"step_000000040.r0"}).empty());  // whole state: every node has its own
+  CHECK(newest_shards({}).empty());
+}
+
 TEST_CASE("a step is safe once every rank's shards are on enough members", "[memory]") {
   // Three members, one rank each; r = 1: two copies of each rank's shards.
   const std::vector<std::vector<std::string>> before{
