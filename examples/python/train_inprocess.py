@@ -13,8 +13,13 @@ receive that state from a survivor instead of reading a checkpoint.
         train_inprocess.py --steps 500
 
 Checkpoints are optional (--ckpt DIR: periodic ones every --save-every
-steps, and one at the end; the job's first round loads the latest); without
-them the job survives resizes and peers' failures, not its own end.
+steps, and one at the end; the job's first round loads the latest). Under
+elasticrun the periodic ones go to the agents' memory tiers too, and
+without --ckpt to the tiers only (docs/memory-tier.md): a round in which no
+worker holds state (every worker restarted at once, a full-job restart)
+loads the newest of them, from memory, instead of starting from step 0.
+With neither, the job survives resizes and peers' failures, not the loss
+of every worker at once.
 
 Under torchrun it trains at a fixed size, and restarts from --ckpt as
 train_elastic.py does.
@@ -54,6 +59,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import elasticrun
 from elasticrun.batch import plan_batches
+from elasticrun.checkpoint import CheckpointManager, memory_tier_available
 from elasticrun.inprocess import State, World, run
 from elasticrun.sampler import ElasticSampler
 
@@ -119,10 +125,8 @@ def main() -> int:
                   sampler=ElasticSampler(args.dataset, seed=args.seed))
     micro_sizes = [int(s) for s in args.micro_batches.split(",")]
     ckpt = None
-    if args.ckpt is not None:
-        from elasticrun.checkpoint import CheckpointManager
-
-        ckpt = CheckpointManager(args.ckpt, keep=3)
+    if args.ckpt is not None or memory_tier_available():
+        ckpt = CheckpointManager(args.ckpt, keep=3)  # None: the memory tier only
 
     def save(why: str) -> None:
         # Periodic saves go on in the background from a copy; the last is
@@ -204,9 +208,10 @@ def main() -> int:
                     save("periodic")
                 if args.step_s:
                     time.sleep(args.step_s)
-            if ckpt is not None:
+            if args.ckpt is not None:
                 # In the round: a failure during the last save is a round's
                 # failure like any other, and the next round saves again.
+                # (The memory tier ends with the job: no final save there.)
                 save("final")
         except Exception as e:
             # run() decides: the round ended (park, go on) or the error is the script's.

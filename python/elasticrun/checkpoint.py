@@ -119,6 +119,13 @@ def _step_of(path: Optional[Path]) -> int:
 _ABANDON_WAIT_S = 10.0
 
 
+def memory_tier_available() -> bool:
+    """Whether this process runs under an elasticrun agent that keeps a
+    memory tier: then ``CheckpointManager(None)`` keeps the state there
+    (outside elasticrun, or with ``--memory-tier-limit 0``, it is an error)."""
+    return MemoryTier.from_env() is not None
+
+
 class CheckpointManager:
     def __init__(self, root: Optional[str | os.PathLike], keep: int = 3,
                  memory: Optional[bool] = None):

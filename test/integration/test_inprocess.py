@@ -215,6 +215,42 @@ def test_a_killed_worker_starts_again_and_takes_the_state_from_the_survivor_whic
     check_as_fixed_run(got, want)
 
 
+def test_every_worker_killed_at_once_starts_again_from_the_memory_tier_with_no_checkpoint_directory(  # noqa: E501
+        procs, marker, elasticrun, torchrun, tmp_path, store, shared_runs):  # noqa: F811
+    """No --ckpt: the periodic saves go to the agents' memory tiers only.
+    Both workers are killed at once, so nobody holds state to share: the
+    new workers load the newest snapshot from their nodes' memory and train
+    on from it as the fixed run, not from step 0."""
+    want = fixed_run(shared_runs, torchrun)
+    log = tmp_path / "log"
+    job = Job(procs, marker, elasticrun, tmp_path, "2:4", f"127.0.0.1:{store}", run_id=RUN_ID,
+              worker=TRAIN, extra=["--inprocess-restart", "--max-restarts", "1"],
+              worker_args=train_args(log, "--step-s", STEP_S, "--save-every", "5"))
+    job.start_agent(1)
+    job.start_agent(2)
+    g2 = wait_world(job, log, 2)
+    wait_for(lambda: max(step_log.by_step(log)) >= 12, "twelve steps", timeout=GEN_TIMEOUT_S,
+             proc=job.agents[1])
+    victims = {e["pid"] for ranks in step_log.by_step(log).values() for e in ranks}
+    assert len(victims) == 2, victims
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    wait_world(job, log, 2, after_gen=g2)
+    finish(job, marker, {1: 0, 2: 0})
+
+    logged = step_log.by_step(log)
+    got = checked_reformed_run(logged)
+    later = [e for ranks in logged.values() for e in ranks if e["gen"] > g2]
+    resumed = min(e["step"] for e in later)
+    # From a periodic save (every 5 steps) of the memory tier, at step 10 or later.
+    assert resumed > 10 and (resumed - 1) % 5 == 0, resumed
+    pids = pids_by_rank_and_gen(logged)
+    for rank in (0, 1):
+        assert len(processes_of_rank(pids, rank)) == 2, pids
+    check_as_fixed_run(got, want)
+    assert not (tmp_path / "ckpt").exists()
+
+
 def scale(procs, elasticctl, nodes: int, store: int) -> None:  # noqa: F811
     ctl = procs.run([elasticctl, "scale", "--nodes", str(nodes), "--rdzv-endpoint",
                      f"127.0.0.1:{store}", "--rdzv-id", RUN_ID], "elasticctl-scale",

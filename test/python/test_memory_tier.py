@@ -104,11 +104,16 @@ def test_a_state_over_the_memory_budget_is_an_error_at_the_first_save(tmp_path):
     assert "holds at most 100 bytes (--memory-tier-limit)" in out[0]["error"]
 
 
-def test_no_directory_and_no_memory_tier_is_an_error():
-    from elasticrun.checkpoint import CheckpointManager
+def test_no_directory_and_no_memory_tier_is_an_error(monkeypatch, tmp_path):
+    from elasticrun.checkpoint import CheckpointManager, memory_tier_available
 
+    monkeypatch.delenv("ELASTICRUN_MEMORY_DIR", raising=False)
+    assert not memory_tier_available()
     with pytest.raises(RuntimeError, match="no checkpoint directory and no memory tier"):
         CheckpointManager(None)
+    monkeypatch.setenv("ELASTICRUN_MEMORY_DIR", str(tmp_path))
+    assert memory_tier_available()
+    assert CheckpointManager(None).memory.root == tmp_path
 
 
 # argv: tiers, mode (save|load). FSDP2 over every rank; the layers have 7,
