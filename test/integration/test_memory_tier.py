@@ -14,8 +14,10 @@ the job trains on exactly as a run that never failed.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -186,6 +188,13 @@ def agent_events(log: Path, event: str) -> list[dict]:
     return [e for e in map(json.loads, log.read_text().splitlines()) if e["event"] == event]
 
 
+def parent_of(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def loads(events: Path, world: int) -> list[dict]:
     """The worker's loads of a saved state (step > 0) at `world` ranks."""
     return [e for e in map(json.loads, (events / "events.jsonl").read_text().splitlines())
@@ -286,4 +295,56 @@ def test_a_graceful_leave_hands_the_survivors_its_shards_of_the_agreed_step(
         outcomes = [e["outcome"] for e in
                     agent_events(tmp_path / f"agent{n}.events.jsonl", "memory_handoff")]
         assert outcomes == ["nobody_left"], (n, outcomes)
+    assert not tiers_of(job), tiers_of(job)
+
+
+def test_a_replica_changed_in_memory_is_not_loaded(procs, marker, elasticrun, tmp_path,
+                                                    store):  # noqa: F811
+    """FSDP2 on three nodes, --memory-replicas 1. Node 3's worker is
+    stopped (SIGSTOP: the others block in its collectives, so nothing is
+    saved or replicated any more), a byte of the newest replica of its
+    shards, on the node that holds it, is changed in memory, and node 3
+    is killed (kill -9 of agent and worker). The holder's agent checks the
+    replica again before its workers load it, finds it changed and removes
+    it; the other survivor's fetch of it is refused by its checksum. With
+    the lost node's shards on no survivor any more, the job stops with the
+    error that names them: nothing wrong was loaded."""
+    events = tmp_path / "events"
+    job = Job(procs, marker, elasticrun, tmp_path, "1:3", f"127.0.0.1:{store}",
+              run_id="memory-corrupt", worker=FSDP_WORKER,
+              extra=["--max-restarts", "1", "--faulty-scale-down-timeout", "1"],
+              worker_args=[events, "--steps", "100000", "--save-every", "4"])
+    for n in (1, 2, 3):
+        job.start_agent(n, "--memory-replicas", "1", "--event-log",
+                        str(tmp_path / f"agent{n}.events.jsonl"))
+    all_replicated(job, tmp_path, (1, 2, 3), 3)
+    [worker3] = {e["pid"] for e in map(json.loads, (events / "events.jsonl").read_text()
+                                       .splitlines())
+                 if e["event"] == "start" and e["world"] == 3
+                 and parent_of(e["pid"]) == job.agents[3].pid}
+    os.kill(worker3, signal.SIGSTOP)
+    time.sleep(2)  # a replication under way ends (the replicator passes every 0.5 s)
+
+    # The newest replica of node 3's shards, and the node that holds it.
+    node3 = f"-{job.agents[3].pid}-"
+    newest = max((int(e["snapshot"][5:14]), e["snapshot"], n) for n in (1, 2)
+                 for e in agent_events(tmp_path / f"agent{n}.events.jsonl", "memory_replicate")
+                 if node3 in e["source"] and e["snapshot"].endswith("of3"))
+    _, name, holder = newest
+    [tier] = SHM.glob(f"elasticrun-mem-{job.agents[holder].pid}-*")
+    victim = max((tier / name).iterdir(), key=lambda p: p.stat().st_size)
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+
+    job.agents[3].popen.send_signal(signal.SIGKILL)
+    assert job.agents[3].wait(30) == -signal.SIGKILL
+    finish(job, marker, {1: 1, 2: 1, 3: -signal.SIGKILL})
+    out = job.agents[holder].stdout() + job.agents[holder].stderr()
+    assert f"{name}: {victim.name} changed in memory since its checksum was made; removed, " \
+           "not loaded" in out, job.agents[holder].describe()
+    other = 3 - holder
+    both = out + job.agents[other].stdout() + job.agents[other].stderr()
+    assert "cannot be restored from the memory tier" in both, job.agents[other].describe()
+    assert not loads(events, 2), loads(events, 2)
     assert not tiers_of(job), tiers_of(job)
