@@ -167,7 +167,10 @@ class Run:
                      for arg in shlex.split(getattr(a, "elasticrun_args", "") or "")]
         else:
             argv = [a.torchrun, *common, *TORCHRUN_FLAGS]
-        argv += [str(self.train), "--ckpt", str(self.dir / "ckpt"), "--steps", str(self.steps),
+        argv.append(str(self.train))
+        if not (self.launcher == "elasticrun" and getattr(a, "memory_only", False)):
+            argv += ["--ckpt", str(self.dir / "ckpt")]
+        argv += ["--steps", str(self.steps),
                  "--events", str(self.events_dir), "--sample-s", str(a.sample_s),
                  "--save-every", str(a.save_every), "--pg-timeout", str(a.pg_timeout)]
         if getattr(a, "sync_save", False):
@@ -751,6 +754,8 @@ def command_line(args) -> str:
         cmd.append("--inprocess")
     if getattr(args, "sync_save", False):
         cmd.append("--sync-save")
+    if getattr(args, "memory_only", False):
+        cmd.append("--memory-only")
     if getattr(args, "runs", 1) > 1:
         cmd.append(f"--runs {args.runs}")
     if getattr(args, "elasticrun_args", ""):
@@ -774,6 +779,10 @@ def main() -> int:
                     help="elasticrun's workers re-form in process: --inprocess-restart with "
                          "examples/python/train_inprocess.py (docs/inprocess.md); torchrun's "
                          "still run train_elastic.py")
+    ap.add_argument("--memory-only", action="store_true",
+                    help="elasticrun's workers get no checkpoint directory: their state is in "
+                         "the agents' memory tiers only (docs/memory-tier.md); torchrun's keep "
+                         "theirs (bench/churn/memory_only_bench.py compares the two)")
     ap.add_argument("--elasticrun-args", default="",
                     help="more flags for every elasticrun agent, one string (e.g. the health "
                          "monitors': \"--hang-timeout 30 --config job.yaml\"); {n} in them "
@@ -851,7 +860,7 @@ def main() -> int:
             "load_end": " / ".join(f"{x:.2f}" for x in os.getloadavg())}
     settings = {k: getattr(args, k) for k in ("launchers", "sample_s", "save_every", "pg_timeout",
                                                "no_fixed", "warm_start", "sync_save", "runs",
-                                               "inprocess")}
+                                               "inprocess", "memory_only")}
     out_json = args.json or base / "churn.json"
     out_json.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps({"trace": str(args.trace.resolve()), "settings": settings,
