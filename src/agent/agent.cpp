@@ -5,7 +5,6 @@
 
 #include <filesystem>
 #include <memory>
-#include <random>
 
 #include "agent/attempt.hpp"
 #include "agent/dynamic_agent.hpp"
@@ -13,29 +12,25 @@
 #include "agent/job_control.hpp"
 #include "agent/pid1_signals.hpp"
 #include "agent/worker_env.hpp"
+#include "control/assignment.hpp"
 #include "control/control_block.hpp"
 #include "elasticrun/errors.hpp"
 #include "events/types.hpp"
+#include "memory/data_cache.hpp"
+#include "memory/tier.hpp"
 #include "serve/http_server.hpp"
 #include "supervisor/cgroup.hpp"
 #include "supervisor/death_watch.hpp"
 #include "supervisor/spawn.hpp"
 #include "util/host_name.hpp"
 #include "util/logging.hpp"
+#include "util/unique_dir.hpp"
 
 namespace elasticrun::agent {
 namespace {
 
 namespace fs = std::filesystem;
 using supervisor::WorkerExit;
-
-std::string random_suffix() {
-  static const char kChars[] = "abcdefghijklmnopqrstuvwxyz0123456789_";
-  std::mt19937_64 rng(std::random_device{}());
-  std::string s;
-  for (int i = 0; i < 8; ++i) s += kChars[rng() % (sizeof(kChars) - 1)];
-  return s;
-}
 
 // torchrun's layout: <log_dir or a fresh temp dir>/<run_id>_<random>/attempt_<n>/<local_rank>/
 fs::path make_run_dir(const AgentConfig& c) {
@@ -44,24 +39,16 @@ fs::path make_run_dir(const AgentConfig& c) {
     base = c.log_dir;
     fs::create_directories(base);
   } else {
-    // Python's mkdtemp(prefix="torchelastic_"): 8 characters of [a-z0-9_].
-    for (;;) {
-      base = fs::temp_directory_path() / ("torchelastic_" + random_suffix());
-      if (fs::create_directory(base)) break;
-    }
-    fs::permissions(base, fs::perms::owner_all, fs::perm_options::replace);
+    // Python's mkdtemp(prefix="torchelastic_").
+    base = util::make_unique_dir(fs::temp_directory_path(), "torchelastic_");
   }
-  for (;;) {
-    fs::path dir = base / (c.run_id + "_" + random_suffix());
-    if (fs::create_directory(dir)) return dir;
-  }
+  return util::make_unique_dir(base, c.run_id + "_", /*owner_only=*/false);
 }
 
 // The control block lives in tmpfs when there is one: workers map it.
 std::string control_path(const fs::path& run_dir) {
-  std::random_device rd;
   const std::string name =
-      "elasticrun-" + std::to_string(::getpid()) + "-" + std::to_string(rd() % 1000000) + ".ctl";
+      "elasticrun-" + std::to_string(::getpid()) + "-" + util::random_suffix() + ".ctl";
   if (::access("/dev/shm", W_OK) == 0) return "/dev/shm/" + name;
   return (run_dir / name).string();
 }
@@ -148,8 +135,32 @@ int run_node(const AgentConfig& config, events::EventLog& events, Serving& servi
       log->warn("{}; workers save no snapshot to memory", e.what());
     }
   }
+  // The dataset cache: what workers decoded once, mapped again by those
+  // that restart or re-form here (docs/memory-tier.md, "Dataset cache").
+  std::unique_ptr<memory::DataCache> data_cache;
+  if (config.data_cache) {
+    try {
+      data_cache = memory::DataCache::create(memory::Tier::default_base(fs::temp_directory_path()),
+                                             config.data_cache_limit);
+    } catch (const Error& e) {
+      log->warn("{}; workers cache no dataset in memory", e.what());
+    }
+  }
+  const fs::path run_dir = make_run_dir(config);
+  // The control block: scale events for the workers of a dynamic job, the
+  // progress the health monitors read in every job. Made before the death
+  // watch, which removes its file (in /dev/shm) with the tier when the
+  // agent is killed.
+  auto cb = control::ControlBlock::create(control_path(run_dir), config.nproc_per_node);
+  std::vector<std::string> doomed;
+  if (tier) doomed.push_back(tier->path().string());
+  if (data_cache) doomed.push_back(data_cache->path().string());
+  if (cb) {
+    doomed.push_back(cb.value().path());
+    doomed.push_back(control::assignment_path(cb.value().path()));  // --inprocess-restart's
+  }
   supervisor::DeathWatch watch;
-  st = watch.start(&job_cgroup, tier ? tier->path().string() : std::string());
+  st = watch.start(&job_cgroup, doomed);
   if (!st) log->warn("{}; workers' descendants may outlive a killed agent", st.message());
 
   NodeContext node;
@@ -157,7 +168,7 @@ int run_node(const AgentConfig& config, events::EventLog& events, Serving& servi
   node.metrics = serving.metrics.get();
   node.watch = &watch;
   node.job_cgroup = &job_cgroup;
-  node.run_dir = make_run_dir(config);
+  node.run_dir = run_dir;
   node.host = util::host_name();
   node.base = current_environment();
   for (const auto& [name, value] : config.worker_env) node.base[name] = value;
@@ -180,10 +191,7 @@ int run_node(const AgentConfig& config, events::EventLog& events, Serving& servi
     warm->refill();
     node.warm = warm.get();
   }
-  // The control block: scale events for the workers of a dynamic job, the
-  // progress the health monitors read in every job.
   std::unique_ptr<control::ControlBlock> control;
-  auto cb = control::ControlBlock::create(control_path(node.run_dir), config.nproc_per_node);
   if (cb) {
     control = std::make_unique<control::ControlBlock>(std::move(cb).value());
     if (!config.dynamic) control->set_agent_flags(control::kAgentFixed);
@@ -209,6 +217,10 @@ int run_node(const AgentConfig& config, events::EventLog& events, Serving& servi
       node.base["ELASTICRUN_MEMORY_REPLICAS"] = std::to_string(config.memory_replicas);
     }
     node.memory = tier.get();
+  }
+  if (data_cache) {
+    node.base["ELASTICRUN_DATA_CACHE_DIR"] = data_cache->path().string();
+    node.base["ELASTICRUN_DATA_CACHE_LIMIT"] = std::to_string(data_cache->limit());
   }
   // Removed however the run ends; the workers that still map it keep their mapping.
   struct Unlink {

@@ -139,6 +139,11 @@ struct AgentConfig {
   // peers hold a replica of this node's sharded state; bytes a second.
   int memory_replicas = 1;
   uint64_t memory_replication_rate = 0;
+  // --data-cache-limit (docs/memory-tier.md, "Dataset cache"): the node's
+  // dataset cache holds at most this (nullopt: what its file system has
+  // free); off: no cache.
+  bool data_cache = true;
+  std::optional<uint64_t> data_cache_limit;
   // One-line notes printed once before the workers start.
   std::vector<std::string> notes;
   // Set in every worker's (and hook's) environment on top of the agent's own.

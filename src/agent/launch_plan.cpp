@@ -293,6 +293,8 @@ AgentConfig plan_agent(const cli::LaunchConfig& c, const Environment& env) {
   a.memory_tier_limit = c.memory_tier_limit;
   a.memory_replicas = c.memory_replicas;
   a.memory_replication_rate = c.memory_replication_rate;
+  a.data_cache = c.data_cache_limit != uint64_t{0};
+  a.data_cache_limit = c.data_cache_limit;
   a.progress = plan_progress(c.health);
   // Compiled here, so that a pattern RE2 refuses exits 2 before anything starts.
   if (!c.health.log_rules.empty()) {

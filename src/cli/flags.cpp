@@ -303,6 +303,14 @@ const std::vector<FlagSpec> kFlags = {
        if (!rate) fail_flag(r, "a number of bytes a second, not auto");
        c.memory_replication_rate = *rate;
      }},
+    {Flag::kDataCacheLimit, "", "--data-cache-limit", kValue, kNoEnv, kElastic, "BYTES|auto",
+     "auto",
+     "The most the node's dataset cache may hold: what workers decoded once (dataset shards, "
+     "as arrays) and put in shared memory this agent owns through the SDK's "
+     "elasticrun.data.cached(), which a restarted or re-formed worker maps instead of reading "
+     "and decoding again (docs/memory-tier.md). A number with an optional K, M, G or T (powers "
+     "of 1024); auto: what /dev/shm has free; 0: no cache.",
+     [](LaunchConfig& c, const Raw& r) { c.data_cache_limit = parse_bytes(r); }},
     {Flag::kWarmStartImports, "", "--warm-start-imports", kValue, kNoEnv, kElastic, "MODULES",
      "torch,torch._dynamo",
      "Modules the warm interpreters import ahead, comma-separated (DDP, FSDP and torch.compile "

@@ -98,6 +98,7 @@ enum class Flag {
   kMemoryTierLimit,
   kMemoryReplicas,
   kMemoryReplicationRate,
+  kDataCacheLimit,
   kCount,
 };
 

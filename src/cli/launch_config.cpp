@@ -396,6 +396,8 @@ std::string to_json(const LaunchConfig& c) {
       {"memory_tier_limit",
        c.memory_tier_limit ? nlohmann::json(*c.memory_tier_limit) : nlohmann::json()},
       {"memory_replicas", c.memory_replicas},
+      {"data_cache_limit",
+       c.data_cache_limit ? nlohmann::json(*c.data_cache_limit) : nlohmann::json()},
       {"memory_replication_rate", c.memory_replication_rate},
       {"role", c.role},
       {"module", c.module},

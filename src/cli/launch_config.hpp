@@ -120,12 +120,14 @@ struct LaunchConfig {
   // what its file system has free; 0: no memory tier.
   std::optional<uint64_t> memory_tier_limit;
   int memory_replicas = 1;  // --memory-replicas
+  // --data-cache-limit: nullopt: auto (what /dev/shm has free); 0: no cache.
+  std::optional<uint64_t> data_cache_limit;
   uint64_t memory_replication_rate = uint64_t{1}
                                      << 30;  // --memory-replication-rate, bytes/s; 0: no cap
   // Derived: where the agent serves /metrics and the HTTP API (--server-port
   // or --metrics-port, on --server-host); nullopt: no server.
   std::optional<int> serve_port;
-  bool inprocess_restart = false;  // accepted; workers still restart as processes
+  bool inprocess_restart = false;  // --inprocess-restart (docs/inprocess.md)
   // --warm-start: Python workers run in interpreters started ahead that have
   // imported warm_start_imports already.
   bool warm_start = false;

@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <functional>
 #include <iterator>
-#include <random>
 #include <set>
 
 #include "elasticrun/errors.hpp"
 #include "util/logging.hpp"
+#include "util/unique_dir.hpp"
 
 namespace elasticrun::memory {
 namespace fs = std::filesystem;
@@ -19,24 +19,17 @@ fs::path Tier::default_base(const fs::path& fallback) {
   return ::access("/dev/shm", W_OK) == 0 ? fs::path("/dev/shm") : fallback;
 }
 
-std::unique_ptr<Tier> Tier::create(const fs::path& base, std::optional<uint64_t> limit) {
-  std::random_device rd;
-  fs::path dir;
-  for (int tries = 0;; ++tries) {
-    dir = base /
-          ("elasticrun-mem-" + std::to_string(::getpid()) + "-" + std::to_string(rd() % 1000000));
-    std::error_code ec;
-    if (fs::create_directory(dir, ec)) break;
-    if (ec || tries > 100) {
-      throw Error("cannot make the memory tier's directory " + dir.string() + ": " +
-                  (ec ? ec.message() : "names taken"));
-    }
-  }
-  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace);
+uint64_t free_bytes(const fs::path& dir) {
   struct statvfs st {};
-  uint64_t free = UINT64_MAX;
-  if (::statvfs(dir.c_str(), &st) == 0) free = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
-  return std::unique_ptr<Tier>(new Tier(dir, std::min(limit.value_or(UINT64_MAX), free)));
+  if (::statvfs(dir.c_str(), &st) != 0) return UINT64_MAX;
+  return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+}
+
+std::unique_ptr<Tier> Tier::create(const fs::path& base, std::optional<uint64_t> limit) {
+  const fs::path dir =
+      util::make_unique_dir(base, "elasticrun-mem-" + std::to_string(::getpid()) + "-");
+  return std::unique_ptr<Tier>(
+      new Tier(dir, std::min(limit.value_or(UINT64_MAX), free_bytes(dir))));
 }
 
 Tier::~Tier() {

@@ -31,6 +31,10 @@
 
 namespace elasticrun::memory {
 
+// What the file system of `dir` has free for this process (UINT64_MAX when
+// it cannot say).
+uint64_t free_bytes(const std::filesystem::path& dir);
+
 class Tier {
  public:
   // Creates a fresh directory under `base` (/dev/shm where it is writable:

@@ -75,9 +75,18 @@ std::vector<std::optional<MemoryHoldings>> Rendezvous::memory_of(
   for (const auto& id : node_ids) ks.push_back(keys::memory(id));
   std::vector<std::optional<MemoryHoldings>> out;
   if (ks.empty()) return out;
-  // Set by each member before it first joined: present, or "" from an
-  // agent that keeps no tier.
-  for (const auto& v : client_.multi_get_present(ks)) out.push_back(MemoryHoldings::try_parse(v));
+  // Set by each member with a tier before it first joined; an agent that
+  // keeps none (--memory-tier-limit 0, no peer server) sets nothing, and
+  // then the others are read one by one.
+  if (client_.check(ks)) {
+    for (const auto& v : client_.multi_get_present(ks)) {
+      out.push_back(MemoryHoldings::try_parse(v));
+    }
+    return out;
+  }
+  for (const auto& k : ks) {
+    out.push_back(client_.check({k}) ? MemoryHoldings::try_parse(client_.get(k)) : std::nullopt);
+  }
   return out;
 }
 

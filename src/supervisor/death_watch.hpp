@@ -18,6 +18,7 @@
 
 #include <span>
 #include <string>
+#include <vector>
 
 #include "supervisor/cgroup.hpp"
 #include "util/result.hpp"
@@ -35,10 +36,13 @@ class DeathWatch {
   // (the child only makes system calls). job: the job cgroup to kill and
   // remove when the agent is gone, or none; the watch keeps its own
   // descriptor of it, so job may go first (then the watch finds it gone).
-  // remove: a directory the watch removes with everything in it once the
-  // agent is gone (the memory tier, which would otherwise hold its shared
-  // memory until the machine restarts); empty: none.
-  util::Status start(const Cgroup* job = nullptr, const std::string& remove = {});
+  // remove: what the watch removes once the agent is gone, each a
+  // directory with everything in it (the memory tier) or a file (the
+  // control block), which in /dev/shm would otherwise hold their memory
+  // until the machine restarts; at most kMaxRemoved, absolute paths. One
+  // that cannot be opened now is left out.
+  static constexpr size_t kMaxRemoved = 8;
+  util::Status start(const Cgroup* job = nullptr, const std::vector<std::string>& remove = {});
   bool running() const { return pid_ > 0; }
   pid_t pid() const { return pid_; }
 

@@ -54,11 +54,12 @@ TORCHRUN_VARS = (
 # Ours, on top of torchrun's: every elasticrun worker can reach its agent's
 # control block (progress for the health monitors, scale events) and be asked
 # for its Python stacks (docs/health.md), and save to the node's memory tier
-# (docs/memory-tier.md); torchrun's workers have none of them.
+# and dataset cache (docs/memory-tier.md); torchrun's workers have none of them.
 # test_health.py and test_memory_tier.py check what they point at.
 KNOWN_DIFFERENT_VARS: set[str] = {
     "ELASTICRUN_CONTROL_FILE", "ELASTICRUN_STACK_FILE", "ELASTICRUN_STACK_SIGNAL",
     "ELASTICRUN_MEMORY_DIR", "ELASTICRUN_MEMORY_LIMIT", "ELASTICRUN_MEMORY_REPLICAS",
+    "ELASTICRUN_DATA_CACHE_DIR", "ELASTICRUN_DATA_CACHE_LIMIT",
 }
 
 ABSENT = "<absent>"

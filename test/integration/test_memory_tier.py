@@ -51,10 +51,12 @@ FSDP_WORKER = WORKERS / "fsdp_memory_worker.py"
 
 
 def tiers_of(job: Job) -> list[str]:
-    """The memory tiers of the job's agents still in /dev/shm (named by
-    their pids: other jobs on the machine have theirs)."""
+    """The memory tiers and control blocks of the job's agents still in
+    /dev/shm (named by their pids: other jobs on the machine have theirs);
+    a killed agent's death watch removes both."""
     return [p.name for n, agent in job.agents.items()
-            for p in SHM.glob(f"elasticrun-mem-{agent.pid}-*")]
+            for pattern in (f"elasticrun-mem-{agent.pid}-*", f"elasticrun-{agent.pid}-*.ctl*")
+            for p in SHM.glob(pattern)]
 
 
 @pytest.mark.parametrize("kept", ["rescue", "periodic"])

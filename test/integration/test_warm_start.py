@@ -36,8 +36,9 @@ PROBE = WORKERS / "warm_probe.py"
 # Values that differ between any two runs of a job, warm or not.
 PER_RUN_VARS = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "WARM_PROBE_DIR",
                 "ELASTICRUN_CONTROL_FILE", "ELASTICRUN_STACK_FILE",
-                # the agent's memory tier, and the space /dev/shm has free
-                "ELASTICRUN_MEMORY_DIR", "ELASTICRUN_MEMORY_LIMIT"}
+                # the agent's memory tier and dataset cache, and the space /dev/shm has free
+                "ELASTICRUN_MEMORY_DIR", "ELASTICRUN_MEMORY_LIMIT",
+                "ELASTICRUN_DATA_CACHE_DIR", "ELASTICRUN_DATA_CACHE_LIMIT"}
 
 
 def read_probe(directory: Path) -> dict[tuple[int, int], dict]:

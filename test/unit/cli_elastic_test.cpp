@@ -139,6 +139,7 @@ TEST_CASE("every elastic flag takes both spellings and has no PET_ fallback", "[
       {Flag::kMemoryTierLimit, "8G"},
       {Flag::kMemoryReplicas, "2"},
       {Flag::kMemoryReplicationRate, "64M"},
+      {Flag::kDataCacheLimit, "256M"},
   };
   const std::string baseline = to_json(parse({"--rdzv-id", "x", "--rdzv-backend", "c10d"}));
   size_t seen = 0;
@@ -475,6 +476,17 @@ TEST_CASE("--memory-tier-limit takes bytes with a binary suffix, auto or 0", "[c
   REQUIRE_THROWS_WITH(limit("-1"), Contains("not a size"));
   REQUIRE_THROWS_WITH(limit(""), Contains("not a size"));
   REQUIRE_THROWS_WITH(limit("99999999999T"), Contains("too large"));
+}
+
+TEST_CASE("--data-cache-limit takes the same sizes: auto by default, 0 for no cache", "[cli]") {
+  const auto limit = [](const std::string& v) {
+    return parse({"--data-cache-limit", v}).data_cache_limit;
+  };
+  CHECK_FALSE(parse({}).data_cache_limit);
+  CHECK(limit("0") == uint64_t{0});
+  CHECK(limit("512M") == uint64_t{512} << 20);
+  REQUIRE_THROWS_WITH(limit("lots"),
+                      Contains("--data-cache-limit 'lots'") && Contains("not a size"));
 }
 
 TEST_CASE("--memory-replicas and --memory-replication-rate", "[cli]") {

@@ -243,6 +243,44 @@ TEST_CASE("only one end record wins and the next round aims for its target", "[r
   REQUIRE_FALSE(v[0].wait_end(2, 50ms));
 }
 
+TEST_CASE("a leaver's memory handoff: its offer awaited, the members' restores counted",
+          "[rendezvous][memory]") {
+  ServerFixture store;
+  auto v = agents(store, 3, 3, 3);
+  join_all(v);
+  // A member that keeps no tier published no holdings: it reads as none,
+  // the others' as they are.
+  v[0].publish_memory({"127.0.0.1", 4000, 12, {"step_000000012.r0of3"}, {}});
+  const auto held = v[1].memory_of({"node0", "node1"});
+  REQUIRE(held.size() == 2);
+  REQUIRE(held[0]);
+  REQUIRE(held[0]->snapshots == std::vector<std::string>{"step_000000012.r0of3"});
+  REQUIRE_FALSE(held[1]);
+
+  REQUIRE(v[0].memory_offers(1, 50ms).empty());  // nobody leaves
+  v[1].announce_leaving(1);
+  v[2].announce_leaving(1);
+  v[1].offer_memory(1, false);  // its newest state is not sharded
+  // node2 has not offered yet: the wait ends with the offers made by then.
+  REQUIRE(v[0].memory_offers(1, 100ms).empty());
+  auto late = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(100ms);
+    v[2].offer_memory(1, true);
+  });
+  REQUIRE(v[0].memory_offers(1, 5s) == std::vector<std::string>{"node2"});
+  late.get();
+
+  REQUIRE(v[2].members_if_closed(1)->size() == 3);
+  REQUIRE_FALSE(v[2].members_if_closed(2));
+  REQUIRE(v[0].memory_taken(1) == 1);
+  REQUIRE(v[2].memory_taken(1, 0) == 1);
+  REQUIRE_FALSE(v[2].ended(1));
+  EndRecord rec;
+  rec.kind = EndKind::kScaleDown;
+  v[0].end_round(1, rec);
+  REQUIRE(v[2].ended(1));
+}
+
 TEST_CASE("a finished job makes late joiners and spares leave", "[rendezvous]") {
   ServerFixture store;
   auto v = agents(store, 1, 1, 1);

@@ -986,7 +986,7 @@ TEST_CASE("lines of two children writing at once stay whole on a shared console"
   CHECK(next_b == kLines);
 }
 
-TEST_CASE("closing the death watch removes the directory it was given, with all below it",
+TEST_CASE("closing the death watch removes the directory and the file it was given",
           "[supervisor]") {
   elasticrun::test::TempDir base;
   const fs::path tree = base.path() / "elasticrun-mem-test";
@@ -994,10 +994,15 @@ TEST_CASE("closing the death watch removes the directory it was given, with all 
   std::ofstream(tree / "step_000000004.r0" / ".metadata") << "meta";
   std::ofstream(tree / "step_000000004.r0" / "__0_0.distcp") << "tensors";
   std::ofstream(tree / "loose") << "x";
+  const fs::path block = base.path() / "elasticrun-1-2.ctl";
+  std::ofstream(block) << "control";
+  std::ofstream(base.path() / "other") << "not ours";
   auto watch = std::make_unique<sv::DeathWatch>();
-  REQUIRE(watch->start(nullptr, tree.string()).is_ok());
+  REQUIRE(watch->start(nullptr, {tree.string(), block.string()}).is_ok());
   CHECK(fs::exists(tree));  // the watch does nothing while the agent lives
+  CHECK(fs::exists(block));
   watch.reset();
   CHECK_FALSE(fs::exists(tree));
-  CHECK(fs::exists(base.path()));
+  CHECK_FALSE(fs::exists(block));
+  CHECK(fs::exists(base.path() / "other"));
 }
