@@ -146,6 +146,9 @@ class CheckpointManager:
         # Shared by the ranks of one set of workers (rank 0 draws it in
         # load()): the namespace of their rescue claims in the store.
         self._attempt: Optional[str] = None
+        # Where the last load() found the state: "memory" (the tier),
+        # "directory", or None (nothing to load, or no load yet).
+        self.loaded_from: Optional[str] = None
         # save_async(): its thread, its process group (made on first use by
         # every rank, a collective) and the save in flight.
         self._writer: Optional[concurrent.futures.ThreadPoolExecutor] = None
@@ -431,10 +434,12 @@ class CheckpointManager:
         if dist.is_initialized():
             dist.broadcast_object_list(choice, src=0)
         tier, name, self._attempt = choice
+        self.loaded_from = None
         if tier == "lost":
             raise RuntimeError(name)
         if name is None:
             return None
+        self.loaded_from = "memory" if tier == "memory" else "directory"
         state = self._state(model, optimizer, scheduler, None, 0)
         if tier == "memory":
             self.memory.load(name, state)  # name: the step

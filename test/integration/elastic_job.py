@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Callable
@@ -64,6 +65,8 @@ class Job:
         self.dir = tmp_path / "events"
         self.dir.mkdir()
         self.agents: dict[int, Proc] = {}
+        # Before any of its agents started: what they made is no older.
+        self.created = time.time()
         # What follows the worker script: by default the events directory
         # of workers/elastic_worker.py; other workers take their own flags.
         self.worker_args = ["--dir", self.dir] if worker_args is None else worker_args

@@ -52,11 +52,18 @@ FSDP_WORKER = WORKERS / "fsdp_memory_worker.py"
 
 def tiers_of(job: Job) -> list[str]:
     """The memory tiers and control blocks of the job's agents still in
-    /dev/shm (named by their pids: other jobs on the machine have theirs);
-    a killed agent's death watch removes both."""
+    /dev/shm; a killed agent's death watch removes both. Named by the
+    agents' pids, and made since the job started: an earlier process of
+    the same pid (another job on the machine, a killed agent of a build
+    whose death watch did not remove its control block) left its own."""
+    def ours(p: Path) -> bool:
+        try:
+            return p.stat().st_ctime >= job.created
+        except FileNotFoundError:
+            return False
     return [p.name for n, agent in job.agents.items()
             for pattern in (f"elasticrun-mem-{agent.pid}-*", f"elasticrun-{agent.pid}-*.ctl*")
-            for p in SHM.glob(pattern)]
+            for p in SHM.glob(pattern) if ours(p)]
 
 
 @pytest.mark.parametrize("kept", ["rescue", "periodic"])
@@ -349,4 +356,39 @@ def test_a_replica_changed_in_memory_is_not_loaded(procs, marker, elasticrun, tm
     both = out + job.agents[other].stdout() + job.agents[other].stderr()
     assert "cannot be restored from the memory tier" in both, job.agents[other].describe()
     assert not loads(events, 2), loads(events, 2)
+    assert not tiers_of(job), tiers_of(job)
+
+
+def test_two_nodes_lost_at_once_with_one_replica_fall_back_to_the_checkpoint_directory(
+        procs, marker, elasticrun, tmp_path, store):  # noqa: F811
+    """FSDP2 on three nodes, --memory-replicas 1, and a checkpoint directory
+    as well (every save goes to both). Two nodes are killed at once (kill
+    -9 of agents and workers): one rank's shards were on those two only, so
+    no step can be put together from the survivor's memory, and the job
+    goes on alone from the directory's newest checkpoint, bit for bit the
+    state saved at that step."""
+    events, ckpt = tmp_path / "events", tmp_path / "ckpt"
+    job = Job(procs, marker, elasticrun, tmp_path, "1:3", f"127.0.0.1:{store}",
+              run_id="memory-disk", worker=FSDP_WORKER,
+              extra=["--max-restarts", "1", "--faulty-scale-down-timeout", "1"],
+              worker_args=[events, "--steps", "100000", "--save-every", "4", "--ckpt", ckpt])
+    for n in (1, 2, 3):
+        job.start_agent(n, "--memory-replicas", "1", "--event-log",
+                        str(tmp_path / f"agent{n}.events.jsonl"))
+    all_replicated(job, tmp_path, (1, 2, 3), 3)
+    wait_for(lambda: (ckpt / "latest").exists(), "a checkpoint in the directory",
+             timeout=GEN_TIMEOUT_S, proc=job.agents[1])
+    for n in (2, 3):
+        job.agents[n].popen.send_signal(signal.SIGKILL)
+    for n in (2, 3):
+        assert job.agents[n].wait(30) == -signal.SIGKILL
+
+    wait_for(lambda: loads(events, 1) or None, "a load at world 1", timeout=2 * GEN_TIMEOUT_S,
+             proc=job.agents[1])
+    load = loads(events, 1)[0]
+    saved = {e["step"]: e["digest"] for e in saves(events, world=3)}
+    assert load["source"] == "directory", load
+    assert load["digest"] == saved[load["step"]], (load, saved)
+    job.agents[1].popen.send_signal(signal.SIGTERM)
+    finish(job, marker, {1: 128 + signal.SIGTERM, 2: -signal.SIGKILL, 3: -signal.SIGKILL})
     assert not tiers_of(job), tiers_of(job)

@@ -51,6 +51,7 @@ WORKER = textwrap.dedent(
     except RuntimeError as e:
         error = str(e)
     print(json.dumps({"rank": rank, "step": step, "state": state, "error": error,
+                      "source": ckpt.loaded_from,
                       "weights": model.module.weight.detach().flatten().tolist()}), flush=True)
     dist.destroy_process_group()
     """
@@ -75,6 +76,7 @@ def test_without_a_directory_the_state_round_trips_through_each_nodes_memory(tmp
     loaded = run(tmp_path, 2, "-", "load", 0, 1, how)
     for out in loaded:
         assert out["state"] == {"at": 6, "step": 6}
+        assert out["source"] == "memory"
         assert out["weights"] == trained[0]["weights"]
 
 
@@ -88,7 +90,7 @@ def test_a_step_not_every_node_holds_is_not_loaded_and_the_directory_serves(tmp_
     for p in (tmp_path / "tiers" / "node1").iterdir():
         p.rename(p.with_name(p.name + ".partial"))  # half-written: never loaded
     loaded = run(tmp_path, 2, str(root), "load", 0, 1, "sync")
-    assert [out["state"]["step"] for out in loaded] == [4, 4]
+    assert [(out["state"]["step"], out["source"]) for out in loaded] == [(4, "directory")] * 2
     # Without the directory nothing common is left: an error that says so,
     # not a silent start from step 0.
     loaded = run(tmp_path, 2, "-", "load", 0, 1, "sync")

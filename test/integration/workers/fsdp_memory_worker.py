@@ -1,5 +1,6 @@
 """An FSDP2 worker (gloo, CPU) for test_memory_tier.py whose state lives in
-the memory tier only (CheckpointManager(None)): every rank saves its own
+the memory tier only (CheckpointManager(None); with --ckpt DIR, in that
+directory too): every rank saves its own
 shards every --save-every steps in the background, and at a resize's
 agreed step. It records in <events>/events.jsonl, as rank 0, a digest of
 the whole state (every parameter and optimizer tensor gathered, their
@@ -36,6 +37,7 @@ p.add_argument("--save-every", type=int, default=4)
 p.add_argument("--step-s", type=float, default=0.05)
 p.add_argument("--die-after", type=int, default=-1)
 p.add_argument("--die-rank", type=int, default=1)
+p.add_argument("--ckpt", type=Path, help="a checkpoint directory too (default: the tier only)")
 args = p.parse_args()
 args.events.mkdir(parents=True, exist_ok=True)
 
@@ -60,7 +62,7 @@ for layer in model:
         fully_shard(layer, mesh=mesh)
 fully_shard(model, mesh=mesh)
 opt = torch.optim.Adam(model.parameters(), lr=0.01)
-ckpt = CheckpointManager(None)
+ckpt = CheckpointManager(args.ckpt)
 
 
 def digest() -> str:
@@ -81,7 +83,7 @@ state = ckpt.load(model, opt)
 step = state["step"] if state else 0
 d = digest()
 if rank == 0:
-    record("loaded", step=step, digest=d)
+    record("loaded", step=step, digest=d, source=ckpt.loaded_from)
 record("start", step=step)
 die_at = step + args.die_after if args.die_after >= 0 and world == 2 else -1
 died = args.events / "died"
