@@ -159,6 +159,7 @@ int run_node(const AgentConfig& config, events::EventLog& events, Serving& servi
     doomed.push_back(cb.value().path());
     doomed.push_back(control::assignment_path(cb.value().path()));  // --inprocess-restart's
   }
+  remove_as_pid1_ends(doomed);
   supervisor::DeathWatch watch;
   st = watch.start(&job_cgroup, doomed);
   if (!st) log->warn("{}; workers' descendants may outlive a killed agent", st.message());

@@ -7,6 +7,7 @@
 // SIGKILL.
 #pragma once
 
+#include <string>
 #include <vector>
 
 namespace elasticrun::agent {
@@ -20,5 +21,12 @@ namespace elasticrun::agent {
 // leave the default action behind when they stop: call it before every
 // wait outside an attempt.
 void end_on_signals_as_pid1(const std::vector<int>& signals);
+
+// As PID 1, what such a signal's exit removes first (the agent's files in
+// /dev/shm: no destructor runs, and the death watch dies with the PID
+// namespace); absolute paths, as supervisor::Removals takes them. Call it
+// once, before the first wait. Elsewhere it does nothing: the death watch
+// removes them.
+void remove_as_pid1_ends(const std::vector<std::string>& paths);
 
 }  // namespace elasticrun::agent

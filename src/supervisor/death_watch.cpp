@@ -14,6 +14,7 @@
 #include <string>
 
 #include "supervisor/cgroup_raw.hpp"
+#include "supervisor/removals.hpp"
 
 namespace elasticrun::supervisor {
 namespace {
@@ -41,25 +42,9 @@ void end_job_cgroup(int dir_fd, const char* path) {
   }
 }
 
-// A path the watch removes: its directory and its name there, and the
-// path itself when it is a directory (opened before the fork: the child
-// only makes system calls).
-struct Removal {
-  int parent_fd = -1;
-  int tree_fd = -1;  // -1: a file
-  char name[NAME_MAX + 1] = {};
-};
-
-void close_removals(Removal* r, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    if (r[i].parent_fd >= 0) ::close(r[i].parent_fd);
-    if (r[i].tree_fd >= 0) ::close(r[i].tree_fd);
-  }
-}
-
 // Runs in the forked child: only async-signal-safe calls from here on.
 [[noreturn]] void watch(int read_fd, int cgroup_fd, const char* cgroup_path,
-                        const Removal* removals, size_t removal_count) {
+                        const Removals& removals) {
   ::setpgid(0, 0);
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) {
     ::signal(sig, SIG_IGN);
@@ -98,16 +83,7 @@ void close_removals(Removal* r, size_t n) {
   }
   for (int i = 0; i < count; ++i) ::kill(-groups[i], SIGKILL);
   if (cgroup_fd >= 0) end_job_cgroup(cgroup_fd, cgroup_path);
-  for (size_t i = 0; i < removal_count; ++i) {
-    const Removal& r = removals[i];
-    // ENOENT: the agent removed it.
-    if (r.tree_fd >= 0) {
-      remove_tree_below(r.tree_fd);
-      ::unlinkat(r.parent_fd, r.name, AT_REMOVEDIR);
-    } else {
-      ::unlinkat(r.parent_fd, r.name, 0);
-    }
-  }
+  removals.remove_all();
   ::_exit(0);
 }
 
@@ -117,26 +93,10 @@ util::Status DeathWatch::start(const Cgroup* job, const std::vector<std::string>
   // The child reads these from its copy of our memory: no allocation there.
   const int cgroup_fd = job != nullptr && job->valid() ? job->dir_fd() : -1;
   const std::string cgroup_path = cgroup_fd >= 0 ? job->path() : std::string();
-  Removal removals[kMaxRemoved];
-  size_t removal_count = 0;
-  for (const auto& path : remove) {
-    const size_t slash = path.find_last_of('/');
-    if (removal_count == kMaxRemoved || slash == std::string::npos ||
-        path.size() - slash - 1 > NAME_MAX || slash + 1 == path.size()) {
-      continue;
-    }
-    Removal& r = removals[removal_count];
-    const std::string parent = slash == 0 ? "/" : path.substr(0, slash);
-    r.parent_fd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (r.parent_fd < 0) continue;
-    r.tree_fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);  // -1: a file
-    std::memcpy(r.name, path.c_str() + slash + 1, path.size() - slash - 1);
-    ++removal_count;
-  }
-  auto close_tree = [&] { close_removals(removals, removal_count); };
+  // Closed here when start() returns; the child keeps its copies.
+  const Removals removals(remove);
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
-    close_tree();
     return util::Status(errno, "death watch: pipe2");
   }
   pid_t pid = ::fork();
@@ -144,7 +104,6 @@ util::Status DeathWatch::start(const Cgroup* job, const std::vector<std::string>
     int err = errno;
     ::close(fds[0]);
     ::close(fds[1]);
-    close_tree();
     return util::Status(err, "death watch: fork");
   }
   if (pid == 0) {
@@ -152,16 +111,11 @@ util::Status DeathWatch::start(const Cgroup* job, const std::vector<std::string>
     // Close everything else we inherited, in particular other write ends
     // that would keep the pipe open (none today, but cheap insurance).
     for (int fd = 3; fd < 1024; ++fd) {
-      bool kept = fd == fds[0] || fd == cgroup_fd;
-      for (size_t i = 0; i < removal_count; ++i) {
-        kept = kept || fd == removals[i].parent_fd || fd == removals[i].tree_fd;
-      }
-      if (!kept) ::close(fd);
+      if (fd != fds[0] && fd != cgroup_fd && !removals.holds(fd)) ::close(fd);
     }
-    watch(fds[0], cgroup_fd, cgroup_path.c_str(), removals, removal_count);
+    watch(fds[0], cgroup_fd, cgroup_path.c_str(), removals);
   }
   ::close(fds[0]);
-  close_tree();
   pid_ = pid;
   write_fd_ = fds[1];
   return util::Status::ok();

@@ -39,9 +39,8 @@ class DeathWatch {
   // remove: what the watch removes once the agent is gone, each a
   // directory with everything in it (the memory tier) or a file (the
   // control block), which in /dev/shm would otherwise hold their memory
-  // until the machine restarts; at most kMaxRemoved, absolute paths. One
-  // that cannot be opened now is left out.
-  static constexpr size_t kMaxRemoved = 8;
+  // until the machine restarts; absolute paths, as supervisor::Removals
+  // takes them.
   util::Status start(const Cgroup* job = nullptr, const std::vector<std::string>& remove = {});
   bool running() const { return pid_ > 0; }
   pid_t pid() const { return pid_; }

@@ -8,9 +8,11 @@ and the exit status must be the one torchrun gives (128 + the signal)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -63,6 +65,21 @@ def children(pid: int) -> list[tuple[int, str]]:
     return out
 
 
+def left_in_shm(since: float) -> list[str]:
+    """What an agent that was PID 1 made in /dev/shm since `since` and left
+    there: its memory tier, dataset cache, control block (named by its pid,
+    1; no other test's agent is PID 1 at the same time)."""
+    out = []
+    for p in Path("/dev/shm").glob("elasticrun-*"):
+        try:
+            made = p.stat().st_ctime
+        except FileNotFoundError:
+            continue
+        if made >= since - 0.01 and re.match(r"elasticrun-(mem-|data-)?1-", p.name):
+            out.append(p.name)
+    return out
+
+
 @pytest.fixture
 def script(tmp_path):
     """WORKER, where a PID namespace can be made."""
@@ -77,6 +94,7 @@ def test_as_pid_1_it_reaps_orphans_forwards_sigterm_and_exits_as_torchrun(
         procs, marker, elasticrun, tmp_path, script):  # noqa: F811
     out = tmp_path / "out"
     out.mkdir()
+    since = time.time()
     run = procs.spawn(["unshare", "--pid", "--fork", "--mount-proc", elasticrun, "--standalone",
                        "--nproc-per-node", "2", script], "pid1",
                       env=launcher_env(marker, tmp_path / "tmp", OUT=str(out)))
@@ -93,6 +111,7 @@ def test_as_pid_1_it_reaps_orphans_forwards_sigterm_and_exits_as_torchrun(
     assert run.wait(RUN_TIMEOUT_S) == 128 + signal.SIGTERM, run.describe()
     assert sorted(p.name for p in out.glob("term.*")) == ["term.0", "term.1"], run.describe()
     assert "SIGTERM" in run.stderr(), run.describe()
+    assert not left_in_shm(since), left_in_shm(since)
 
 
 def test_as_pid_1_a_sigterm_while_it_waits_in_the_rendezvous_ends_it(
@@ -100,6 +119,7 @@ def test_as_pid_1_a_sigterm_while_it_waits_in_the_rendezvous_ends_it(
     # The kernel drops PID 1's signals that have no handler: between
     # attempts (no workers yet, or a spare) the agent must still go on
     # `docker stop`, not at the runtime's SIGKILL.
+    since = time.time()
     run = procs.spawn(["unshare", "--pid", "--fork", "--mount-proc", elasticrun, "--nnodes", "2",
                        "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                        f"127.0.0.1:{free_port()}", script], "pid1",
@@ -110,3 +130,6 @@ def test_as_pid_1_a_sigterm_while_it_waits_in_the_rendezvous_ends_it(
     os.kill(init, signal.SIGTERM)
     assert run.wait(10) == 128 + signal.SIGTERM, run.describe()
     assert "signal 15 with no workers running" in run.stderr(), run.describe()
+    # It exits from the signal's handler, and its death watch dies with the
+    # namespace: the handler removed what the agent kept in /dev/shm.
+    assert not left_in_shm(since), left_in_shm(since)
