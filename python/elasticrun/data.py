@@ -80,11 +80,12 @@ class DataCache:
         value = make()
         arrays = _arrays_of(value)
         nbytes = sum(a.nbytes for a in arrays.values())
-        if self.limit is not None and self.held_bytes() + nbytes > self.limit:
+        held = self.held_bytes() if self.limit is not None else 0
+        if self.limit is not None and held + nbytes > self.limit:
             if not self._warned:
                 warnings.warn(f"elasticrun.data: not caching {key!r} ({nbytes} bytes): the "
                               f"dataset cache holds at most {self.limit} bytes "
-                              f"(--data-cache-limit) and has {self.held_bytes()}",
+                              f"(--data-cache-limit) and has {held}",
                               RuntimeWarning, stacklevel=2)
                 self._warned = True
             return value
@@ -129,7 +130,7 @@ class DataCache:
         out = {f.name[:-4]: np.load(f, mmap_mode="r", allow_pickle=False)
                for f in files if f.name.endswith(".npy")}
         if not out:
-            return None  # not ours: made again, and then it is
+            return None  # not a value of ours (a stray directory): get() returns make()'s
         return out[_ALONE] if set(out) == {_ALONE} else out
 
 

@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <thread>
 
 #include "agent/addresses.hpp"
@@ -205,15 +204,7 @@ class DynamicAgent {
   // nothing to serve, and the offer says so.
   void hand_off_memory(const rendezvous::Assignment& place, const memory::Tier::Holding& held) {
     std::vector<std::string> shards;
-    if (peer_) {
-      std::vector<std::string> own;
-      for (const auto& name : held.snapshots) {
-        if (!std::binary_search(held.fetched.begin(), held.fetched.end(), name)) {
-          own.push_back(name);
-        }
-      }
-      shards = memory::newest_shards(own);
-    }
+    if (peer_) shards = memory::newest_shards(memory::own_snapshots(held.snapshots, held.fetched));
     serve_memory_handoff(*rdzv_, place.round, place.group_world_size, shards,
                          2 * rc_.rejoin_timeout, *node_.events);
   }

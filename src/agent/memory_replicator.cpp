@@ -15,14 +15,6 @@ namespace {
 
 constexpr std::chrono::seconds kRetryAfter{2};
 
-std::vector<std::string> own_of(const rendezvous::MemoryHoldings& h) {
-  std::vector<std::string> own;
-  for (const auto& s : h.snapshots) {
-    if (std::find(h.fetched.begin(), h.fetched.end(), s) == h.fetched.end()) own.push_back(s);
-  }
-  return own;
-}
-
 }  // namespace
 
 MemoryReplicator::MemoryReplicator(Options options, memory::Tier& tier,
@@ -101,7 +93,8 @@ void MemoryReplicator::pass() {
   for (const size_t source : memory::replica_sources(all.size(), o_.me, o_.replicas)) {
     if (!all[source]) continue;
     const auto& from = *all[source];
-    for (const auto& name : memory::to_replicate(own_of(from), mine.snapshots)) {
+    for (const auto& name : memory::to_replicate(
+             memory::own_snapshots(from.snapshots, from.fetched), mine.snapshots)) {
       if (stop_) return;
       const auto now = std::chrono::steady_clock::now();
       if (auto it = retry_at_.find(name); it != retry_at_.end() && now < it->second) continue;

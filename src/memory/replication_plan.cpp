@@ -34,6 +34,16 @@ std::vector<std::string> to_replicate(const std::vector<std::string>& source_own
   return out;
 }
 
+std::vector<std::string> own_snapshots(const std::vector<std::string>& all,
+                                       const std::vector<std::string>& fetched) {
+  const std::set<std::string> from_peers(fetched.begin(), fetched.end());
+  std::vector<std::string> own;
+  for (const auto& s : all) {
+    if (!from_peers.count(s)) own.push_back(s);
+  }
+  return own;
+}
+
 std::vector<std::string> newest_shards(const std::vector<std::string>& own) {
   int64_t newest = 0;
   std::vector<std::pair<int64_t, std::string>> shards;

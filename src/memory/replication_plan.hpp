@@ -26,6 +26,11 @@ std::vector<size_t> replica_sources(size_t members, size_t me, int replicas);
 std::vector<std::string> to_replicate(const std::vector<std::string>& source_own,
                                       const std::vector<std::string>& mine);
 
+// Of a node's holdings (`all`, of which it fetched `fetched`), the
+// snapshots its own workers saved.
+std::vector<std::string> own_snapshots(const std::vector<std::string>& all,
+                                       const std::vector<std::string>& fetched);
+
 // Of `own` (a node's own snapshots, not those it fetched), the shards of the
 // newest step among its sharded ones: what a node that leaves at an agreed
 // step saved last, and no replicator has copied yet. Empty when it holds

@@ -104,17 +104,19 @@ std::vector<std::string> Rendezvous::memory_offers(uint64_t round, Millis wait) 
   std::vector<std::string> ks;
   for (int i = 1; i <= expected; ++i) ks.push_back(keys::handoff(round, i));
   if (ks.empty()) return {};
+  std::vector<std::string> offers;
   try {
-    client_.wait(ks, wait);
+    offers = client_.multi_get(ks, wait);
   } catch (const TimeoutError&) {
     util::logger("rendezvous")
         ->warn("round {}: not every node that left offered its memory tier within {} ms", round,
                wait.count());
+    for (const auto& k : ks) {
+      if (client_.check({k})) offers.push_back(client_.get(k));
+    }
   }
   std::vector<std::string> out;
-  for (const auto& k : ks) {
-    if (!client_.check({k})) continue;  // (after a timeout)
-    std::string v = client_.get(k);
+  for (auto& v : offers) {
     if (!v.empty() && v != "-") out.push_back(std::move(v));
   }
   return out;
@@ -126,8 +128,13 @@ int64_t Rendezvous::memory_taken(uint64_t round, int64_t delta) {
 
 std::optional<std::vector<std::string>> Rendezvous::members_if_closed(uint64_t round) {
   if (!client_.check({keys::closed(round)})) return std::nullopt;
-  if (!Closed::parse(client_.get(keys::closed(round)))) return std::vector<std::string>{};
-  return members(round);
+  const auto closed = Closed::parse(client_.get(keys::closed(round)));
+  if (!closed) return std::vector<std::string>{};  // closed without members (it failed)
+  std::vector<std::string> ids;
+  for (auto& m : parse_member_list(client_.get(keys::members(round, closed->closer)))) {
+    ids.push_back(std::move(m.node_id));
+  }
+  return ids;
 }
 
 bool Rendezvous::ended(uint64_t round) {
