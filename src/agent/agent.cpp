@@ -88,6 +88,7 @@ std::unique_ptr<events::EventLog> open_event_log(const AgentConfig& c,
 struct Serving {
   std::unique_ptr<serve::AgentMetrics> metrics;
   std::unique_ptr<AgentJobControl> control;
+  std::unique_ptr<serve::HttpServer> server;  // destroyed first: it calls the two above
   std::vector<events::EventObserver*> observers() const {
     if (!metrics) return {};
     return {metrics.get(), control.get()};
@@ -237,7 +238,20 @@ int run_node(const AgentConfig& config, events::EventLog& events, Serving& servi
       if (api) api->set_block(nullptr);
     }
   } unshare{serving.control.get()};
-  return config.dynamic ? run_dynamic(config, node) : run_fixed(config, node);
+  // The server binds on its own thread while the node sets up: its answer
+  // is awaited here, before any worker starts or any rendezvous is joined.
+  if (serving.server) {
+    try {
+      log->info("serving metrics and the HTTP API on http://{}:{} (/metrics, /status)",
+                serving.server->host(), serving.server->port());
+    } catch (const NetworkError& e) {
+      throw ConfigError(std::string("--server-port/--metrics-port: ") + e.what());
+    }
+  }
+  const int code = config.dynamic ? run_dynamic(config, node) : run_fixed(config, node);
+  // Its thread ends beside the node's teardown; run_agent's end joins it.
+  if (serving.server) serving.server->stop();
+  return code;
 }
 
 }  // namespace
@@ -253,17 +267,10 @@ int run_agent(const AgentConfig& config) {
   }
   const std::unique_ptr<events::EventLog> event_log = open_event_log(config, serving.observers());
   events::EventLog& events = event_log ? *event_log : events::EventLog::disabled();
-  std::unique_ptr<serve::HttpServer> server;
   if (config.serve_port) {
-    try {
-      server = std::make_unique<serve::HttpServer>(
-          serve::ServerOptions{config.serve_host, *config.serve_port}, serving.metrics.get(),
-          serving.control.get());
-    } catch (const NetworkError& e) {
-      throw ConfigError(std::string("--server-port/--metrics-port: ") + e.what());
-    }
-    log->info("serving metrics and the HTTP API on http://{}:{} (/metrics, /status)",
-              server->host(), server->port());
+    serving.server = std::make_unique<serve::HttpServer>(
+        serve::ServerOptions{config.serve_host, *config.serve_port}, serving.metrics.get(),
+        serving.control.get());
   }
   events.record(events::type::kAgentStart, agent_start_fields(config));
   std::unique_ptr<SpotWatch> spot;

@@ -173,11 +173,8 @@ void route(httplib::Server& s, const std::string& path, const char* method,
   s.Delete(path, wrong);
 }
 
-}  // namespace
-
-HttpServer::HttpServer(const ServerOptions& options, AgentMetrics* metrics, JobControl* control)
-    : server_(std::make_unique<httplib::Server>()), host_(options.host) {
-  auto& s = *server_;
+// The routes and settings of the agent's server.
+void configure(httplib::Server& s, AgentMetrics* metrics, JobControl* control) {
   s.new_task_queue = [] { return new LazyPool(kWorkers); };
   s.set_payload_max_length(kMaxBody);
   // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a
@@ -235,33 +232,62 @@ HttpServer::HttpServer(const ServerOptions& options, AgentMetrics* metrics, JobC
     }
     fail(res, res.status, "bad request");
   });
+}
 
-  port_ = options.port == 0 ? s.bind_to_any_port(options.host)
-                            : (s.bind_to_port(options.host, options.port) ? options.port : -1);
-  if (port_ <= 0) {
-    throw NetworkError("cannot serve HTTP on " + options.host + ":" + std::to_string(options.port) +
-                       " (in use, or not this machine's address)");
-  }
-  // The socket listens already (bind does): a request that comes before
-  // the loop runs waits in the backlog.
+}  // namespace
+
+HttpServer::HttpServer(const ServerOptions& options, AgentMetrics* metrics, JobControl* control)
+    : host_(options.host), requested_port_(options.port) {
   // Its workers start from it and inherit the quiet mask (util/quiet_thread).
-  thread_ = util::start_quiet_thread([this] {
-    server_->listen_after_bind();
+  thread_ = util::start_quiet_thread([this, options, metrics, control] {
+    auto server = std::make_unique<httplib::Server>();
+    configure(*server, metrics, control);
+    const int port = options.port == 0
+                         ? server->bind_to_any_port(options.host)
+                         : (server->bind_to_port(options.host, options.port) ? options.port : -1);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      server_ = std::move(server);
+      port_ = port;
+      bound_ = true;
+    }
+    cv_.notify_all();
+    // A request that comes before the loop runs waits in the backlog.
+    if (port > 0) server_->listen_after_bind();
     loop_ended_ = true;
   });
 }
 
-HttpServer::~HttpServer() {
+int HttpServer::port() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return bound_; });
+  if (port_ <= 0) {
+    throw NetworkError("cannot serve HTTP on " + host_ + ":" + std::to_string(requested_port_) +
+                       " (in use, or not this machine's address)");
+  }
+  return port_;
+}
+
+void HttpServer::stop() {
+  if (stopping_.exchange(true)) return;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return bound_; });
+    if (port_ <= 0) return;  // nothing listens
+  }
   // httplib's stop() does nothing before the listening loop has begun, and
   // the loop then waits in accept() for good: wait for it to begin (within
-  // microseconds of the thread's start; here rather than in the
-  // constructor, so that the agent's start does not wait for it), or to
-  // end (on an error, it is never seen running).
+  // microseconds of the bind), or to end (on an error, it is never seen
+  // running).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (!server_->is_running() && !loop_ended_ && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   server_->stop();
+}
+
+HttpServer::~HttpServer() {
+  stop();
   if (thread_.joinable()) thread_.join();
 }
 

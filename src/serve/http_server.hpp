@@ -1,8 +1,8 @@
 // The agent's HTTP server (docs/api.md): the Prometheus text format on
 // GET /metrics, and the control API: GET /status, POST /scale, POST
-// /release, POST /drain. cpp-httplib on a thread of its own with up to two
-// workers, started at the first requests; a request never runs on the
-// agent's loop. Bad requests get a
+// /release, POST /drain. cpp-httplib on a thread of its own, which also
+// binds, with up to two workers, started at the first requests; a request
+// never runs on the agent's loop. Bad requests get a
 // 4xx and a JSON body {"error": "..."} and change nothing; bodies over
 // kMaxBody bytes get 413 before they are read whole.
 //
@@ -11,7 +11,9 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -56,23 +58,36 @@ struct ServerOptions {
 
 class HttpServer {
  public:
-  // Binds and starts serving; `metrics` and `control` (either may be null:
-  // its paths answer 404) must outlive the server. Throws NetworkError when
-  // the address cannot be bound.
+  // Starts serving on a thread of its own and returns at once: httplib's
+  // set-up (the routes' patterns, the address's lookup, the bind) runs
+  // beside the agent's start, which asks port() when it needs the answer.
+  // `metrics` and `control` (either may be null: its paths answer 404)
+  // must outlive the server.
   HttpServer(const ServerOptions& options, AgentMetrics* metrics, JobControl* control);
   // Stops serving and joins the thread (a request under way finishes first).
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  int port() const { return port_; }
+  // The port served, once bound (the first call waits for the bind).
+  // Throws NetworkError when the address cannot be bound.
+  int port();
   const std::string& host() const { return host_; }
+  // Stops accepting and returns without waiting for the thread to end (the
+  // destructor joins it), so that the agent's own teardown runs beside it.
+  // Calls after the first do nothing.
+  void stop();
 
  private:
-  std::unique_ptr<httplib::Server> server_;
-  std::string host_;
-  int port_ = 0;
-  std::atomic<bool> loop_ended_{false};  // listen_after_bind returned
+  const std::string host_;
+  const int requested_port_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool bound_ = false;                       // the thread tried to bind (under mu_)
+  int port_ = 0;                             // what it bound, <= 0: failed (under mu_)
+  std::unique_ptr<httplib::Server> server_;  // made by the thread; read once bound_
+  std::atomic<bool> loop_ended_{false};      // listen_after_bind returned, or never ran
+  std::atomic<bool> stopping_{false};
   std::thread thread_;
 };
 

@@ -177,3 +177,21 @@ def test_prometheus_scrapes_the_agents_through_a_join_and_a_release_made_over_ht
     assert code in (0, 128 + signal.SIGTERM, -signal.SIGTERM), job.agents[released].describe()
     job.finish({n: 0 for n in hosts if n != released})
     job.check_generations()
+
+
+def test_a_port_in_use_fails_the_agent_before_any_worker_starts(procs, elasticrun, tmp_path):  # noqa: F811
+    # The server binds on a thread of its own while the node sets up; the
+    # agent waits for its answer before it starts anything.
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        ran = tmp_path / "ran"
+        p = procs.run([elasticrun, "--standalone", "--nproc-per-node", "2", "--metrics-port",
+                       str(port), "--no-python", "/bin/sh", "-c", f"touch {ran}"],
+                      "agent", timeout=60)
+    assert p.popen.returncode != 0
+    assert f"--server-port/--metrics-port: cannot serve HTTP on 127.0.0.1:{port}" in p.stderr()
+    assert not ran.exists()
+    assert not list(Path("/dev/shm").glob(f"elasticrun-*{p.pid}-*")), "the agent left /dev/shm files"

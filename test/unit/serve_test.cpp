@@ -174,8 +174,10 @@ TEST_CASE("the server answers its routes and refuses bad requests with a reason"
 
 TEST_CASE("a port in use is an error naming it", "[serve]") {
   HttpServer first({"127.0.0.1", 0}, nullptr, nullptr);
-  CHECK_THROWS_AS(HttpServer({"127.0.0.1", first.port()}, nullptr, nullptr),
-                  elasticrun::NetworkError);
+  HttpServer second({"127.0.0.1", first.port()}, nullptr, nullptr);
+  CHECK_THROWS_AS(second.port(), elasticrun::NetworkError);
+  CHECK_THROWS_AS(second.port(), elasticrun::NetworkError);  // asked again: the same answer
+  second.stop();                                             // nothing listens: nothing to stop
   httplib::Client c("127.0.0.1", first.port());
   auto res = c.Get("/metrics");  // no metrics given: not served
   REQUIRE(res);
