@@ -12,8 +12,12 @@
 //
 //   store_loadgen HOST PORT --idle N [--timeout S]
 //     Opens and handshakes N connections, prints a line starting with
-//     "ready", then holds them until stdin reaches EOF or SIGTERM/SIGINT
-//     arrives, so a harness can read the server's RSS meanwhile.
+//     "ready" (with "setup_s": how long that took), then holds them until stdin reaches EOF or
+//     SIGTERM/SIGINT arrives, so a harness can read the server's RSS meanwhile.
+//
+// --secret-file F (either mode): every connection first proves it holds the
+// job secret in F (store/auth.hpp: AUTH_HELLO, then AUTH_PROOF with VALIDATE
+// and PING), for a store started with that secret.
 //
 // Keys: SET and GET use "/bench/<conn>/<i % 64>", ADD uses
 // "/bench/<conn>/<i % 64>/count" (i counts cycles of the mix): ADD on a key
@@ -56,8 +60,11 @@
 #include <vector>
 
 #include "fd_limit.hpp"
+#include "store/auth.hpp"
 #include "store/frame.hpp"
 #include "store/protocol.hpp"
+#include "util/hmac.hpp"
+#include "util/secret.hpp"
 
 namespace {
 
@@ -84,6 +91,7 @@ struct Options {
   // Connections being set up at once; keeps the server's accept backlog
   // from overflowing when thousands are opened.
   int max_connecting = 256;
+  std::string secret;  // --secret-file's bytes; empty: none
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -91,7 +99,8 @@ struct Options {
                "store_loadgen: %s\n"
                "usage: store_loadgen HOST PORT [--clients N] [--seconds S] [--warmup S]\n"
                "                     [--mix set,get,add,ping] [--value-size B] [--timeout S]\n"
-               "       store_loadgen HOST PORT --idle N [--timeout S]\n",
+               "       store_loadgen HOST PORT --idle N [--timeout S]\n"
+               "       (either with --secret-file F: a store with that job secret)\n",
                why.c_str());
   std::exit(2);
 }
@@ -158,6 +167,12 @@ Options parse_args(int argc, char** argv) {
       o.timeout = parse_number("--timeout", value(), 0.001);
     } else if (arg == "--max-connecting") {
       o.max_connecting = static_cast<int>(parse_number("--max-connecting", value(), 1));
+    } else if (arg == "--secret-file") {
+      try {
+        o.secret = elasticrun::util::read_secret_file("--secret-file", value());
+      } catch (const std::exception& e) {
+        usage(e.what());
+      }
     } else if (arg == "-h" || arg == "--help") {
       usage("help");
     } else if (!arg.empty() && arg[0] == '-') {
@@ -173,7 +188,14 @@ Options parse_args(int argc, char** argv) {
 }
 
 // What a connection's outstanding request will be answered with.
-enum class Expect : uint8_t { kNothing, kPong, kGetReply, kAddReply };
+enum class Expect : uint8_t {
+  kNothing,
+  kServerNonce,  // the answer of AUTH_HELLO
+  kServerProof,  // the answer of AUTH_PROOF; the PING's echo follows
+  kPong,
+  kGetReply,
+  kAddReply
+};
 
 enum class ConnState : uint8_t { kUnopened, kConnecting, kHandshaking, kReady, kClosed };
 
@@ -183,7 +205,8 @@ struct Conn {
   ConnState state = ConnState::kUnopened;
   bool want_write = false;  // EPOLLOUT registered: the kernel took part of `out`
   Expect expect = Expect::kNothing;
-  uint32_t nonce = 0;  // kPong
+  uint32_t nonce = 0;                      // kPong
+  std::string client_nonce, server_nonce;  // the handshake's, with a secret
   // kAddReply: how many ADDs this run has made on the key, this one included,
   // and which key. The server's count is that plus whatever the key held
   // before the run (a reused server); add_base keeps that offset per key.
@@ -225,7 +248,9 @@ class Loadgen {
     int n = opt_.idle > 0 ? opt_.idle : opt_.clients;
     conns_.resize(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) conns_[static_cast<size_t>(i)].id = static_cast<uint32_t>(i);
+    const auto setup_start = Clock::now();
     setup();
+    setup_s_ = std::chrono::duration<double>(Clock::now() - setup_start).count();
     if (ready_ == 0) {
       std::fprintf(stderr, "store_loadgen: no connection to %s:%s could be set up (%s)\n",
                    opt_.host.c_str(), opt_.port.c_str(), first_error_.c_str());
@@ -316,6 +341,17 @@ class Loadgen {
       return;
     }
     c.state = ConnState::kHandshaking;
+    if (!opt_.secret.empty()) {
+      c.client_nonce = elasticrun::util::random_bytes(elasticrun::store::kAuthNonceSize);
+      RequestWriter(c.out).type(QueryType::kAuthHello).bytes(c.client_nonce);
+      c.expect = Expect::kServerNonce;
+      flush(c);
+      return;
+    }
+    validate(c);
+  }
+
+  void validate(Conn& c) {
     // What TCPStore's client sends on every connect since PyTorch 2.5.
     c.nonce = 0x5eed0000u ^ c.id;
     RequestWriter(c.out).type(QueryType::kValidate).u32(kValidationMagic);
@@ -420,6 +456,31 @@ class Loadgen {
       case Expect::kNothing:
         fail(c, "reply with no request outstanding");
         return 0;
+      case Expect::kServerNonce:
+      case Expect::kServerProof: {
+        if (data.size() < 8) return 0;
+        const uint64_t len = u64_at(0);
+        if (len > 64) return fail(c, "a handshake field of " + std::to_string(len) + " bytes"), 0;
+        if (data.size() - 8 < len) return 0;
+        const std::string field(data.substr(8, len));
+        namespace auth = elasticrun::store;
+        if (c.expect == Expect::kServerNonce) {
+          if (len != auth::kAuthNonceSize) return fail(c, "the store asks for no secret"), 0;
+          c.server_nonce = field;
+          RequestWriter(c.out)
+              .type(QueryType::kAuthProof)
+              .bytes(auth::client_proof(opt_.secret, c.client_nonce, c.server_nonce));
+          validate(c);  // sends with the proof; expects the PING's echo
+          c.expect = Expect::kServerProof;
+        } else {
+          if (!elasticrun::util::equal_in_constant_time(
+                  field, auth::server_proof(opt_.secret, c.client_nonce, c.server_nonce))) {
+            return fail(c, "the store refused the secret, or proved another"), 0;
+          }
+          c.expect = Expect::kPong;
+        }
+        return 8 + len;
+      }
       case Expect::kPong: {
         if (data.size() < 4) return 0;
         uint32_t v;
@@ -578,8 +639,11 @@ class Loadgen {
   }
 
   int hold() {
-    std::printf("ready {\"connections\": %zu, \"errors\": %llu, \"first_error\": \"%s\"}\n", ready_,
-                static_cast<unsigned long long>(errors_), json_safe(first_error_).c_str());
+    std::printf(
+        "ready {\"connections\": %zu, \"setup_s\": %.4f, \"errors\": %llu, "
+        "\"first_error\": \"%s\"}\n",
+        ready_, setup_s_, static_cast<unsigned long long>(errors_),
+        json_safe(first_error_).c_str());
     std::fflush(stdout);
     sigset_t set;
     sigemptyset(&set);
@@ -634,6 +698,7 @@ class Loadgen {
   std::vector<Conn> conns_;
   size_t setting_up_ = 0, ready_ = 0, failed_ = 0, live_ = 0;
   uint64_t errors_ = 0;
+  double setup_s_ = 0;  // connecting and handshaking every connection
   std::string first_error_;
   bool running_ = false;
   Clock::time_point window_start_, window_end_;

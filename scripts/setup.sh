@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 # Build: compiler, CMake/Ninja, libraries (prometheus-cpp and cpp-httplib:
 # the agent's HTTP server; cairo and the DejaVu fonts: elasticctl
-# timeline's PNG). Tests: Prometheus (scrapes the agents in
+# timeline's PNG; OpenSSL's libcrypto: the job secret's HMAC). Tests: Prometheus (scrapes the agents in
 # test_metrics_api.py), tmux (elasticctl watch's terminal), Catch2, Debian's PyTorch 1.13
 # (the pre-2.2 TCPStore client the legacy-dialect test talks to), clang with
 # the libFuzzer runtime (scripts/fuzz.sh), SLURM with munge (test_slurm.py
@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(
   g++ cmake ninja-build pkg-config
   libuv1-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libyaml-cpp-dev libre2-dev libgloo-dev catch2
-  prometheus-cpp-dev libcpp-httplib-dev prometheus libcairo2-dev fonts-dejavu-core tmux
+  prometheus-cpp-dev libcpp-httplib-dev libssl-dev prometheus libcairo2-dev fonts-dejavu-core tmux
   python3-venv python3-torch
   clang libclang-rt-14-dev
   procps iproute2

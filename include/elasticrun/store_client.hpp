@@ -36,6 +36,10 @@ struct StoreClientOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   // Prepended to every key on the wire; "/" matches torch.distributed.TCPStore.
   std::string key_prefix = "/";
+  // The job secret (the bytes of its file), for a store started with one:
+  // connect() then proves it holds it, and that the store does, before
+  // anything else (docs/protocol.md, "Authentication"). Empty: none.
+  std::string secret;
 };
 
 class StoreClient {
@@ -46,8 +50,11 @@ class StoreClient {
 
   // Connects, retrying with exponential backoff and jitter while the store
   // refuses, resets or does not answer, then validates the protocol
-  // (VALIDATE, PING). Throws NetworkError listing every attempt, or
-  // StoreError when the peer is not a TCPStore.
+  // (VALIDATE, PING), after the job secret's handshake when options.secret
+  // is set. Throws NetworkError listing every attempt, StoreError when the
+  // peer is not a TCPStore, ConfigError when the secrets do not agree (this
+  // client has none and the store one, or the other way round, or they
+  // differ).
   static StoreClient connect(const std::string& host, uint16_t port,
                              StoreClientOptions options = {});
 

@@ -1,6 +1,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "commands.hpp"
@@ -10,6 +11,7 @@
 #include "ctl/readmit.hpp"
 #include "ctl/watch.hpp"
 #include "elasticrun/errors.hpp"
+#include "util/secret.hpp"
 
 namespace elasticrun::ctlcmd {
 namespace {
@@ -21,6 +23,8 @@ struct JobOptions {
   double connect_timeout_s = 5;
   // Also bounds every store call.
   double timeout_s = 60;
+  // The job secret's file, when the job has one (else $ELASTICRUN_SECRET_FILE).
+  std::optional<std::string> secret_file;
 };
 
 std::chrono::milliseconds millis(double seconds) {
@@ -71,10 +75,20 @@ void add_job_options(CLI::App* cmd, JobOptions& o, bool waits) {
                         : "Seconds any one store operation may take")
       ->capture_default_str()
       ->check(kPositiveSeconds);
+  cmd->add_option("--secret-file", o.secret_file,
+                  "File of the job secret its store asks for (default: the file "
+                  "$ELASTICRUN_SECRET_FILE names)");
+}
+
+// The job, with its secret; throws ConfigError.
+ctl::JobAddress job_address(const JobOptions& o) {
+  ctl::JobAddress job = ctl::parse_job_address("--rdzv-endpoint", o.endpoint, o.run_id);
+  job.secret = util::job_secret(o.secret_file, "--secret-file").value_or("");
+  return job;
 }
 
 StoreClient connect(const JobOptions& o, ctl::JobAddress& job) {
-  job = ctl::parse_job_address("--rdzv-endpoint", o.endpoint, o.run_id);
+  job = job_address(o);
   return ctl::connect_job(job, millis(o.connect_timeout_s), millis(o.timeout_s));
 }
 
@@ -112,7 +126,7 @@ int run_status(const JobOptions& o, bool json) {
 }
 
 int run_watch(const JobOptions& o, ctl::WatchOptions w) {
-  w.job = ctl::parse_job_address("--rdzv-endpoint", o.endpoint, o.run_id);
+  w.job = job_address(o);
   w.connect_timeout = millis(o.connect_timeout_s);
   w.call_timeout = millis(o.timeout_s);
   return ctl::run_watch(w);

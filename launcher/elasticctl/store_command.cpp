@@ -1,14 +1,18 @@
 #include <csignal>
 #include <cstdio>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "commands.hpp"
 #include "store/server.hpp"
+#include "util/secret.hpp"
 
 namespace elasticrun::ctlcmd {
 namespace {
 
-int run_store(const store::ServerOptions& options) {
+int run_store(store::ServerOptions options, const std::optional<std::string>& secret_file) {
+  options.secret = util::job_secret(secret_file, "--secret-file").value_or("");
   store::Server server(options);
   server.bind();
   // Handlers first: whoever reads the line below may signal us at once.
@@ -24,6 +28,7 @@ int run_store(const store::ServerOptions& options) {
 
 Command add_store(CLI::App& app) {
   auto o = std::make_shared<store::ServerOptions>();
+  auto secret_file = std::make_shared<std::optional<std::string>>();
   // The default of torchrun's --rdzv-endpoint, the store's main use.
   o->port = 29400;
   auto* cmd = app.add_subcommand(
@@ -56,7 +61,11 @@ Command add_store(CLI::App& app) {
                   "Most bytes of partial requests buffered across all clients")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  return {cmd, [o] { return run_store(*o); }};
+  cmd->add_option("--secret-file", *secret_file,
+                  "Serve only clients that prove they hold the job secret in this file "
+                  "(default: the file $ELASTICRUN_SECRET_FILE names; none: no secret). "
+                  "PyTorch's clients cannot: give a store with a secret to agents only");
+  return {cmd, [o, secret_file] { return run_store(*o, *secret_file); }};
 }
 
 }  // namespace elasticrun::ctlcmd

@@ -37,7 +37,7 @@ std::unique_ptr<EmbeddedStore> maybe_host_store(const AgentConfig& c) {
     return nullptr;
   }
   try {
-    auto s = std::make_unique<EmbeddedStore>(resolve_numeric(r.store_host), r.store_port);
+    auto s = std::make_unique<EmbeddedStore>(resolve_numeric(r.store_host), r.store_port, r.secret);
     log->info("hosting the rendezvous store on {}:{}", r.store_host, s->port());
     return s;
   } catch (const NetworkError& e) {

@@ -4,8 +4,9 @@
 
 namespace elasticrun::agent {
 
-EmbeddedStore::EmbeddedStore(const std::string& host, int port) {
+EmbeddedStore::EmbeddedStore(const std::string& host, int port, const std::string& secret) {
   store::ServerOptions options;
+  options.secret = secret;
   options.host = host;
   options.port = static_cast<uint16_t>(port);
   server_ = std::make_unique<store::Server>(options);

@@ -11,8 +11,10 @@ namespace elasticrun::agent {
 
 class EmbeddedStore {
  public:
-  // Binds host:port (0: a free port) and starts serving. Throws NetworkError.
-  EmbeddedStore(const std::string& host, int port);
+  // Binds host:port (0: a free port) and starts serving; with a `secret`,
+  // only to clients that prove they hold it (store/auth.hpp). Throws
+  // NetworkError.
+  EmbeddedStore(const std::string& host, int port, const std::string& secret = {});
   ~EmbeddedStore();  // stops the loop and joins the thread
   EmbeddedStore(const EmbeddedStore&) = delete;
   EmbeddedStore& operator=(const EmbeddedStore&) = delete;

@@ -41,11 +41,14 @@ void AgentJobControl::on_event(const events::Event& e) {
   round_ = e.fields;
 }
 
+ctl::JobAddress AgentJobControl::job() const {
+  return {config_.rdzv.store_host, static_cast<uint16_t>(config_.rdzv.store_port),
+          config_.rdzv.run_id, config_.rdzv.secret};
+}
+
 StoreClient& AgentJobControl::store() {
   if (!store_) {
-    const ctl::JobAddress job{config_.rdzv.store_host,
-                              static_cast<uint16_t>(config_.rdzv.store_port), config_.rdzv.run_id};
-    store_ = std::make_unique<StoreClient>(ctl::connect_job(job, kStoreTimeout, kStoreTimeout));
+    store_ = std::make_unique<StoreClient>(ctl::connect_job(job(), kStoreTimeout, kStoreTimeout));
   }
   return *store_;
 }
@@ -70,10 +73,7 @@ nlohmann::json AgentJobControl::status() {
                         {"node", node}};
   if (config_.dynamic) {
     try {
-      const ctl::JobAddress job{config_.rdzv.store_host,
-                                static_cast<uint16_t>(config_.rdzv.store_port),
-                                config_.rdzv.run_id};
-      out["job"] = nlohmann::json::parse(ctl::format_json(ctl::read_status(store(), job)));
+      out["job"] = nlohmann::json::parse(ctl::format_json(ctl::read_status(store(), job())));
     } catch (const Error&) {
       store_.reset();  // reconnect next time
       throw;

@@ -16,6 +16,7 @@
 
 #include "agent/agent.hpp"
 #include "ctl/ctl_requests.hpp"
+#include "ctl/job_connection.hpp"
 #include "elasticrun/store_client.hpp"
 #include "events/event_log.hpp"
 #include "serve/http_server.hpp"
@@ -43,6 +44,7 @@ class AgentJobControl final : public serve::JobControl, public events::EventObse
  private:
   nlohmann::json request(const ctl::Request& r, bool wait);
   StoreClient& store();  // with mu_ held
+  ctl::JobAddress job() const;
 
   const AgentConfig& config_;
   std::mutex mu_;  // block_, store_, round_

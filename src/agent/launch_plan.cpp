@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <set>
@@ -11,6 +12,7 @@
 #include "cli/parse.hpp"
 #include "elasticrun/errors.hpp"
 #include "util/host_name.hpp"
+#include "util/secret.hpp"
 
 namespace elasticrun::agent {
 namespace {
@@ -121,7 +123,8 @@ std::string random_token() {
 const std::set<std::string> kRdzvConfKeys = {
     "join_timeout",       "last_call_timeout", "close_timeout",       "timeout",
     "read_timeout",       "is_host",           "keep_alive_interval", "keep_alive_max_attempt",
-    "heartbeat_interval", "missed_heartbeats", "rejoin_timeout",      "use_libuv"};
+    "heartbeat_interval", "missed_heartbeats", "rejoin_timeout",      "use_libuv",
+    "secret_file"};
 
 AgentConfig::HostStore host_store(const std::map<std::string, std::string>& conf) {
   auto it = conf.find("is_host");
@@ -142,7 +145,7 @@ void plan_dynamic(const cli::LaunchConfig& c, AgentConfig& a) {
                         ": unknown key for the c10d backend (known: join_timeout, "
                         "last_call_timeout, keep_alive_interval, keep_alive_max_attempt, "
                         "heartbeat_interval, missed_heartbeats, rejoin_timeout, is_host, "
-                        "read_timeout)");
+                        "read_timeout, secret_file)");
     }
   }
   const cli::HostPort ep = cli::parse_endpoint("--rdzv-endpoint", c.rdzv_endpoint, 29400);
@@ -165,6 +168,12 @@ void plan_dynamic(const cli::LaunchConfig& c, AgentConfig& a) {
   r.missed_heartbeats = std::max(1, static_cast<int>(missed));
   r.rejoin_timeout = ms(conf_seconds(conf, "rejoin_timeout", 30));
   r.store_timeout = ms(conf_seconds(conf, "read_timeout", 60));
+  // The job secret gates the rendezvous store: the file's path comes from
+  // --rdzv-conf secret_file or $ELASTICRUN_SECRET_FILE, its bytes go
+  // nowhere but the handshake.
+  std::optional<std::string> secret_file;
+  if (auto it = conf.find("secret_file"); it != conf.end()) secret_file = it->second;
+  r.secret = util::job_secret(secret_file, "--rdzv-conf secret_file").value_or("");
   a.host_store = host_store(conf);
   const cli::ElasticOptions& e = c.elastic;
   a.policy.min_replicas = e.min_replicas;
@@ -197,6 +206,12 @@ void plan_rendezvous(const cli::LaunchConfig& c, AgentConfig& a) {
     if (c.node_rank < 0 || c.node_rank >= a.nnodes) {
       throw ConfigError("--node-rank " + std::to_string(c.node_rank) + " is not in [0, " +
                         std::to_string(a.nnodes) + ")");
+    }
+    if (std::getenv(util::kSecretFileEnv) || c.rdzv_conf.count("secret_file")) {
+      a.notes.push_back(
+          "the job secret is not used: it gates a dynamic job's rendezvous store (--rdzv-backend "
+          "c10d), and a static job's store serves PyTorch workers, which cannot authenticate "
+          "(docs/security.md)");
     }
   } else if (c.rdzv_backend == "c10d" && c.nnodes_max == 1) {
     // One node: nobody to rendezvous with; host a fresh store per attempt.

@@ -33,9 +33,9 @@ class Round final : public MonitoredRound, public rendezvous::RoundListener {
   using Courier = agent::Courier<rendezvous::Rendezvous>;
 
   // Starts the round's watch (the caller resets the control block for the
-  // round, unless parked workers hold its slots). Throws NetworkError when the watch cannot connect.
-  // `beat`: the node's progress its heartbeat carries to the leader.
-  // `gpu`: the node's GPU health, or null.
+  // round, unless parked workers hold its slots). Throws NetworkError when the watch cannot
+  // connect. `beat`: the node's progress its heartbeat carries to the leader. `gpu`: the node's GPU
+  // health, or null.
   Round(const AgentConfig& config, const rendezvous::RendezvousConfig& rc,
         const rendezvous::Assignment& place, control::ControlBlock* control, Courier& courier,
         rendezvous::BeatProgress& beat, GpuWatch* gpu = nullptr,

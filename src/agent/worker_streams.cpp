@@ -27,8 +27,7 @@ WorkerStreams::~WorkerStreams() {
 }
 
 void WorkerStreams::open_filtered_copies(const AgentConfig& config, const fs::path& attempt_dir) {
-  auto open_copy = [&](supervisor::LogPump::LineCopy& copy,
-                       const std::vector<std::string>& needles,
+  auto open_copy = [&](supervisor::LogPump::LineCopy& copy, const std::vector<std::string>& needles,
                        const char* name) -> const supervisor::LogPump::LineCopy* {
     if (needles.empty()) return nullptr;
     copy.fd = create_log((attempt_dir / name).string());

@@ -42,11 +42,10 @@ class WorkerStreams {
 
  private:
   int stream_fd(const StreamPlan& p, int console, const std::string& prefix,
-                const supervisor::LogPump::LineCopy* copy, size_t tag,
-                std::vector<int>& child_fds);
+                const supervisor::LogPump::LineCopy* copy, size_t tag, std::vector<int>& child_fds);
 
   supervisor::LogPump::LineCopy stdout_copy_, stderr_copy_;  // outlive pump_
-  const supervisor::LogPump::LineCopy* out_copy_ = nullptr;    // the above, when filtering
+  const supervisor::LogPump::LineCopy* out_copy_ = nullptr;  // the above, when filtering
   const supervisor::LogPump::LineCopy* err_copy_ = nullptr;
   supervisor::LogPump pump_;
   supervisor::LogPump::LineObserver* observer_;

@@ -6,7 +6,16 @@
 #include <cerrno>
 #include <nlohmann/json.hpp>
 
+#include "util/read_file.hpp"
+
 namespace elasticrun::control {
+namespace {
+
+// Far above what any node's workers' environments add up to: a file larger
+// than this is not an assignment.
+constexpr size_t kMaxAssignmentBytes = 64 * 1024 * 1024;
+
+}  // namespace
 
 std::string assignment_path(const std::string& control_path) {
   return control_path + ".assign";
@@ -89,23 +98,9 @@ util::Result<RankEnv> parse_assignment(const std::string& text, uint64_t generat
 
 util::Result<RankEnv> read_assignment(const std::string& path, uint64_t generation,
                                       int local_rank) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return util::Status(errno, "open " + path);
-  std::string text;
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return util::Status(err, "read " + path);
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  auto env = parse_assignment(text, generation, local_rank);
+  auto text = util::read_small_file(path, kMaxAssignmentBytes);
+  if (!text) return text.status();
+  auto env = parse_assignment(text.value(), generation, local_rank);
   if (!env) return util::Status(env.status().err(), path + ": " + env.status().context());
   return env;
 }

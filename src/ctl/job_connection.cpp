@@ -18,7 +18,7 @@ JobAddress parse_job_address(const std::string& what, const std::string& endpoin
     throw ConfigError(what + " " + util::quote(endpoint) + ": port 0 names no store");
   }
   if (run_id.empty()) throw ConfigError("--rdzv-id must not be empty");
-  return {hp.host, static_cast<uint16_t>(hp.port), run_id};
+  return {hp.host, static_cast<uint16_t>(hp.port), run_id, {}};
 }
 
 StoreClient connect_job(const JobAddress& job, std::chrono::milliseconds connect_timeout,
@@ -27,6 +27,7 @@ StoreClient connect_job(const JobAddress& job, std::chrono::milliseconds connect
   o.key_prefix = rendezvous::keys::prefix(job.run_id);
   o.connect_timeout = connect_timeout;
   o.timeout = timeout;
+  o.secret = job.secret;
   StoreClient client = [&] {
     try {
       return StoreClient::connect(job.host, job.port, o);

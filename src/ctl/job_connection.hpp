@@ -17,6 +17,8 @@ struct JobAddress {
   std::string host;
   uint16_t port = kDefaultPort;
   std::string run_id;
+  // The job secret (util/secret.hpp) its store asks for; empty: none.
+  std::string secret;
   // "host:port", with brackets around IPv6 literals.
   std::string endpoint() const;
 };

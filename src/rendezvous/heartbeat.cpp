@@ -6,13 +6,9 @@
 namespace elasticrun::rendezvous {
 
 namespace {
+// A beat that takes longer than the stall limit is as good as missing.
 StoreClient connect_for(const RendezvousConfig& c, std::chrono::milliseconds connect_timeout) {
-  StoreClientOptions o;
-  o.key_prefix = keys::prefix(c.run_id);
-  o.connect_timeout = connect_timeout;
-  // A beat that takes longer than the stall limit is as good as missing.
-  o.timeout = c.heartbeat_interval * c.missed_heartbeats;
-  return StoreClient::connect(c.store_host, static_cast<uint16_t>(c.store_port), o);
+  return connect_store(c, connect_timeout, c.heartbeat_interval * c.missed_heartbeats);
 }
 }  // namespace
 

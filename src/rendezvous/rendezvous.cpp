@@ -29,18 +29,18 @@ struct Rendezvous::Candidate {
   bool unlisted = false;  // the host discovery script does not list its host
 };
 
-namespace {
-StoreClient connect_store(const RendezvousConfig& c) {
+StoreClient connect_store(const RendezvousConfig& c, Millis connect_timeout, Millis timeout) {
   StoreClientOptions o;
   o.key_prefix = keys::prefix(c.run_id);
-  o.connect_timeout = c.store_timeout;
-  o.timeout = c.store_timeout;
+  o.connect_timeout = connect_timeout;
+  o.timeout = timeout;
+  o.secret = c.secret;
   return StoreClient::connect(c.store_host, static_cast<uint16_t>(c.store_port), o);
 }
-}  // namespace
 
 Rendezvous::Rendezvous(RendezvousConfig config)
-    : config_(std::move(config)), client_(connect_store(config_)) {}
+    : config_(std::move(config)),
+      client_(connect_store(config_, config_.store_timeout, config_.store_timeout)) {}
 
 Rendezvous::~Rendezvous() = default;
 

@@ -85,7 +85,15 @@ struct RendezvousConfig {
   // the list is stopped (RoundWatch). Null: every host is allowed. Give
   // the flag to every agent: whichever closes or leads a round asks it.
   HostSource* hosts = nullptr;
+  // The job secret (util/secret.hpp), which the rendezvous store asks of
+  // every connection when it was started with one; empty: none. Never
+  // logged.
+  std::string secret;
 };
+
+// A connection of this agent to the rendezvous store, under the job's key
+// prefix and with its secret; `timeout` bounds every call on it.
+StoreClient connect_store(const RendezvousConfig& c, Millis connect_timeout, Millis timeout);
 
 // One node's place in a closed round.
 struct Assignment {

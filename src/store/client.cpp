@@ -4,7 +4,9 @@
 #include <cstring>
 
 #include "elasticrun/store_client.hpp"
+#include "store/auth.hpp"
 #include "store/frame.hpp"
+#include "util/hmac.hpp"
 #include "util/logging.hpp"
 #include "util/socket.hpp"
 #include "util/strings.hpp"
@@ -177,18 +179,67 @@ StoreClient StoreClient::connect(const std::string& host, uint16_t port,
   impl->sock = std::move(sock).value();
   impl->endpoint = endpoint;
   impl->options = std::move(options);
-  // VALIDATE has no reply; PING proves the peer speaks the protocol. The
-  // nonce is our pid, as PyTorch's client sends.
-  const auto nonce = static_cast<uint32_t>(::getpid());
+  Deadline hs = Deadline::after(std::min<Duration>(dl.remaining(), std::chrono::seconds(30)));
+  const bool secret = !impl->options.secret.empty();
   std::string frame;
+  std::string client_nonce, server_nonce;
+  if (secret) {
+    // The job secret's challenge and response first (store/auth.hpp).
+    client_nonce = util::random_bytes(store::kAuthNonceSize);
+    RequestWriter(frame).type(QueryType::kAuthHello).bytes(client_nonce);
+    impl->send(frame, hs, "handshake");
+    server_nonce = impl->read_bytes(hs, "handshake");
+    if (server_nonce.empty()) {
+      throw ConfigError("store " + endpoint +
+                        " asks for no secret, and this client holds the job's: a store that "
+                        "cannot prove it is the job's is not used (start it with the same "
+                        "secret file)");
+    }
+    if (server_nonce.size() != store::kAuthNonceSize) {
+      throw StoreError("store " + endpoint + ": handshake: a nonce of " +
+                       std::to_string(server_nonce.size()) + " bytes; not elasticrun's store?");
+    }
+    frame.clear();
+    RequestWriter(frame)
+        .type(QueryType::kAuthProof)
+        .bytes(store::client_proof(impl->options.secret, client_nonce, server_nonce));
+  }
+  // VALIDATE has no reply; PING proves the peer speaks the protocol. The
+  // nonce is our pid, as PyTorch's client sends. Sent with AUTH_PROOF: one
+  // round trip for both.
+  const auto nonce = static_cast<uint32_t>(::getpid());
   RequestWriter(frame)
       .type(QueryType::kValidate)
       .u32(store::kValidationMagic)
       .type(QueryType::kPing)
       .u32(nonce);
-  Deadline hs = Deadline::after(std::min<Duration>(dl.remaining(), std::chrono::seconds(30)));
   impl->send(frame, hs, "handshake");
-  auto echoed = impl->read_fixed<uint32_t>(hs, "handshake");
+  if (secret) {
+    const std::string proof = impl->read_bytes(hs, "handshake");
+    if (proof.empty()) {
+      throw ConfigError("store " + endpoint +
+                        " refused this client's proof of the job secret: the two secrets differ");
+    }
+    if (!util::equal_in_constant_time(
+            proof, store::server_proof(impl->options.secret, client_nonce, server_nonce))) {
+      throw ConfigError("store " + endpoint +
+                        " answered with a wrong proof of the job secret: not this job's store, "
+                        "or one with another secret");
+    }
+  }
+  uint32_t echoed = 0;
+  try {
+    echoed = impl->read_fixed<uint32_t>(hs, "handshake");
+  } catch (const NetworkError& e) {
+    if (secret) throw;
+    throw NetworkError(std::string(e.what()) +
+                       " (a store started with a job secret closes connections that bring none)");
+  }
+  if (echoed == store::kRefusedWord && !secret) {
+    throw ConfigError("store " + endpoint +
+                      " asks for the job's secret, and this client has none: name its file "
+                      "with ELASTICRUN_SECRET_FILE (or --rdzv-conf secret_file=PATH)");
+  }
   if (echoed != nonce) {
     throw StoreError("store " + endpoint + ": handshake: PING answered with " +
                      std::to_string(echoed) + " instead of " + std::to_string(nonce) +

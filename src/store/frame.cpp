@@ -15,6 +15,8 @@ std::string_view query_type_name(QueryType t) {
       "VALIDATE",   "SET",        "COMPARE_SET", "GET",       "ADD",       "CHECK",       "WAIT",
       "GETNUMKEYS", "DELETE_KEY", "APPEND",      "MULTI_GET", "MULTI_SET", "CANCEL_WAIT", "PING",
       "QUEUE_PUSH", "QUEUE_POP",  "QUEUE_LEN",   "LIST_KEYS", "BARRIER"};
+  if (t == QueryType::kAuthHello) return "AUTH_HELLO";
+  if (t == QueryType::kAuthProof) return "AUTH_PROOF";
   auto i = static_cast<size_t>(t);
   return i < std::size(kNames) ? kNames[i] : "UNKNOWN";
 }
@@ -191,7 +193,18 @@ void decode(Cursor& c, QueryType type, size_t available, Request* out) {
     case QueryType::kCancelWait:
     case QueryType::kListKeys:
       break;
+    case QueryType::kAuthHello:
+    case QueryType::kAuthProof:
+      if (std::string v = c.string(kMaxAuthField, "handshake field"); out) {
+        out->values.push_back(std::move(v));
+      }
+      break;
   }
+}
+
+bool is_auth(uint8_t raw) {
+  return raw == static_cast<uint8_t>(QueryType::kAuthHello) ||
+         raw == static_cast<uint8_t>(QueryType::kAuthProof);
 }
 
 }  // namespace
@@ -202,7 +215,9 @@ ParseResult parse_request(std::string_view data, Dialect& dialect, const Limits&
   if (data.empty()) return r;
   const auto first = static_cast<uint8_t>(data[0]);
 
-  if (dialect == Dialect::kUnknown) {
+  if (dialect == Dialect::kUnknown && is_auth(first)) {
+    dialect = Dialect::kModern;  // only elasticrun's client authenticates
+  } else if (dialect == Dialect::kUnknown) {
     // A PyTorch >= 2.2 client opens with VALIDATE (type 0) and the magic; an
     // older one with any request, and type 0 is its SET, so look at 5 bytes.
     if (first == 0 && data.size() < 5) return r;
@@ -212,7 +227,9 @@ ParseResult parse_request(std::string_view data, Dialect& dialect, const Limits&
   }
 
   QueryType type{};
-  if (dialect == Dialect::kLegacy) {
+  if (is_auth(first)) {
+    type = static_cast<QueryType>(first);
+  } else if (dialect == Dialect::kLegacy) {
     if (!translate_legacy(first, type, r.error)) {
       r.status = ParseStatus::kInvalid;
       return r;

@@ -23,13 +23,17 @@ struct Request {
   // QUEUE_POP/QUEUE_LEN/BARRIER: one key. CHECK/WAIT/MULTI_GET/MULTI_SET: n keys.
   std::vector<std::string> keys;
   // SET/APPEND/QUEUE_PUSH: one value. COMPARE_SET: expected, desired.
-  // MULTI_SET: one value per key.
+  // MULTI_SET: one value per key. AUTH_HELLO: the client's nonce.
+  // AUTH_PROOF: the client's proof.
   std::vector<std::string> values;
   // ADD: delta. BARRIER: world size.
   int64_t number = 0;
   // VALIDATE: magic. PING: nonce.
   uint32_t word = 0;
 };
+
+// The longest field of AUTH_HELLO and AUTH_PROOF (a nonce, a MAC).
+inline constexpr size_t kMaxAuthField = 64;
 
 enum class ParseStatus { kComplete, kIncomplete, kInvalid };
 
@@ -44,10 +48,11 @@ struct ParseResult {
 };
 
 // Parses one request from the front of data. dialect is the connection's:
-// kUnknown on its first request, which decides it (VALIDATE with the magic
-// means kModern; anything else kLegacy, whose query types are translated to
-// the modern ones). Requests the server does not implement for a dialect
-// (WATCH_KEY of PyTorch <= 2.0) are reported invalid with a reason.
+// kUnknown on its first request, which decides it (VALIDATE with the magic,
+// or AUTH_HELLO/AUTH_PROOF, means kModern; anything else kLegacy, whose
+// query types are translated to the modern ones). The two AUTH types are
+// read in either dialect, so that the gate (store/auth.hpp) sees them. Requests the server does not
+// implement for a dialect (WATCH_KEY of PyTorch <= 2.0) are reported invalid with a reason.
 ParseResult parse_request(std::string_view data, Dialect& dialect, const Limits& limits,
                           Request& out);
 

@@ -105,6 +105,9 @@ HandleResult Handler::handle(ClientId client, Request& req, std::string& reply, 
       if (*done) out.u8(static_cast<uint8_t>(WaitResponse::kStopWaiting));
       return {};
     }
+    case QueryType::kAuthHello:
+    case QueryType::kAuthProof:
+      return fail(std::string(query_type_name(req.type)) + " past the gate");  // AuthGate's
   }
   return fail("unhandled query type");
 }

@@ -30,6 +30,11 @@ enum class QueryType : uint8_t {
   kQueueLen = 16,
   kListKeys = 17,
   kBarrier = 18,
+  // elasticrun's own, outside PyTorch's numbering: the job secret's
+  // challenge and response at connect (store/auth.hpp). Either, as a
+  // connection's first request, makes it speak the modern dialect.
+  kAuthHello = 0xA0,
+  kAuthProof = 0xA1,
 };
 inline constexpr uint8_t kMaxQueryType = 18;
 

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "elasticrun/errors.hpp"
+#include "store/auth.hpp"
 #include "store/frame.hpp"
 #include "store/handler.hpp"
 #include "util/logging.hpp"
@@ -34,6 +35,7 @@ struct Connection {
   ClientId id = 0;
   std::string peer;
   Dialect dialect = Dialect::kUnknown;
+  AuthGate gate{nullptr};  // the job secret's handshake, when the store has one
   // Bytes of a request that has not fully arrived. Empty for idle clients, so
   // an idle connection costs a few hundred bytes.
   std::string partial;
@@ -65,7 +67,7 @@ struct ServerCore {
   char read_buffer[kReadChunk];
   std::shared_ptr<spdlog::logger> log = util::logger("store");
 
-  std::atomic<uint64_t> accepted{0}, open{0}, dropped{0}, requests{0};
+  std::atomic<uint64_t> accepted{0}, open{0}, dropped{0}, refused{0}, requests{0};
   std::atomic<int> stop_signal{0};
 
   explicit ServerCore(ServerOptions o) : options(std::move(o)), handler(options.limits) {}
@@ -75,6 +77,20 @@ struct ServerCore {
     log->warn("closing connection from {} (client {}): {}", c->peer, c->id, reason);
     dropped.fetch_add(1, std::memory_order_relaxed);
     close(c);
+  }
+
+  // A client the gate turned away: its answer (after what was queued
+  // before it) goes out now if the socket takes it, then the connection
+  // closes, logged.
+  void refuse(Connection* c, std::string_view answer, const std::string& why) {
+    c->out.append(answer);
+    if (c->in_flight == 0 && !c->out.empty()) {
+      uv_buf_t buf = uv_buf_init(c->out.data(), static_cast<unsigned>(c->out.size()));
+      (void)uv_try_write(reinterpret_cast<uv_stream_t*>(&c->tcp), &buf, 1);
+    }
+    c->out.clear();
+    refused.fetch_add(1, std::memory_order_relaxed);
+    drop(c, "refused: " + why);
   }
 
   void close(Connection* c) {
@@ -244,6 +260,16 @@ struct ServerCore {
       used += r.consumed;
       requests.fetch_add(1, std::memory_order_relaxed);
       reply.clear();
+      std::string why;
+      const AuthGate::Verdict v = c->gate.admit(req, reply, why);
+      if (v == AuthGate::Verdict::kAnswered) {
+        queue_reply(c, reply);
+        continue;
+      }
+      if (v == AuthGate::Verdict::kRefused) {
+        refuse(c, reply, why);
+        break;
+      }
       woken.clear();
       HandleResult h = handler.handle(c->id, req, reply, woken);
       if (!h.ok) {
@@ -285,6 +311,7 @@ struct ServerCore {
     uv_tcp_nodelay(&c->tcp, 1);
     c->id = next_id++;
     c->peer = peer_name(&c->tcp);
+    c->gate = AuthGate(options.secret.empty() ? nullptr : &options.secret);
     clients.emplace(c->id, c);
     accepted.fetch_add(1, std::memory_order_relaxed);
     open.fetch_add(1, std::memory_order_relaxed);
@@ -439,7 +466,8 @@ void Server::stop() {
 
 ServerStats Server::stats() const {
   const ServerCore& c = impl_->core;
-  return ServerStats{c.accepted.load(), c.open.load(), c.dropped.load(), c.requests.load()};
+  return ServerStats{c.accepted.load(), c.open.load(), c.dropped.load(), c.refused.load(),
+                     c.requests.load()};
 }
 
 int Server::stop_signal() const {

@@ -32,12 +32,17 @@ struct ServerOptions {
   // server stops reading that client's requests until it catches up.
   size_t max_pending_reply_bytes = 128 * 1024 * 1024;
   int listen_backlog = 4096;
+  // The job secret (util/secret.hpp); empty: none. With one, every
+  // connection must pass the challenge and response of store/auth.hpp
+  // before any other request.
+  std::string secret;
 };
 
 struct ServerStats {
   uint64_t connections_accepted = 0;
   uint64_t connections_open = 0;
-  uint64_t connections_dropped = 0;  // closed by the server for bad input
+  uint64_t connections_dropped = 0;  // closed by the server for bad input (refused ones too)
+  uint64_t connections_refused = 0;  // of those, failed or skipped the handshake
   uint64_t requests = 0;
 };
 

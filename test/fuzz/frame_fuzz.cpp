@@ -27,6 +27,12 @@
 // twice or woken yet still waiting, and no wait left once every client has
 // disconnected.
 //
+// Every request passes the gate of a store without a secret first (AUTH
+// requests are answered or refused there), as the server does; a second
+// gate, of a store with a secret, sees the same requests and must never
+// let one through: the fuzzer cannot forge the proof of a nonce it never
+// saw.
+//
 // Multiplexing (a harness device, not protocol): a PING switches the client
 // id the following requests are handled for to 1 + nonce % 4, so that one
 // input can build waits of several clients and wake them.
@@ -43,6 +49,7 @@
 #include <string_view>
 #include <vector>
 
+#include "store/auth.hpp"
 #include "store/frame.hpp"
 #include "store/handler.hpp"
 #include "store/protocol.hpp"
@@ -73,6 +80,11 @@ constexpr ClientId kClients = 4;
       std::abort();                                                                              \
     }                                                                                            \
   } while (0)
+
+bool auth_byte(uint8_t raw) {
+  return raw == static_cast<uint8_t>(QueryType::kAuthHello) ||
+         raw == static_cast<uint8_t>(QueryType::kAuthProof);
+}
 
 bool same(const Request& a, const Request& b) {
   return a.type == b.type && a.keys == b.keys && a.values == b.values && a.number == b.number &&
@@ -180,6 +192,13 @@ std::string encode_fields(const Request& req) {
     case QueryType::kListKeys:
       shape(0, 0);
       break;
+    case QueryType::kAuthHello:
+    case QueryType::kAuthProof:
+      shape(0, 1);
+      FUZZ_CHECK(req.values[0].size() <= kMaxAuthField, "handshake field of %zu bytes",
+                 req.values[0].size());
+      w.bytes(req.values[0]);
+      break;
     default:
       FUZZ_CHECK(false, "decoded query type %u", static_cast<unsigned>(req.type));
   }
@@ -199,7 +218,7 @@ void check_result(std::string_view data, Dialect before, Dialect after, const Pa
       FUZZ_CHECK(r.error.empty(), "complete with error '%s'", r.error.c_str());
       // The type byte: as sent (modern) or translated (legacy).
       const auto raw = static_cast<uint8_t>(data[0]);
-      if (after == Dialect::kModern) {
+      if (after == Dialect::kModern || auth_byte(raw)) {
         FUZZ_CHECK(static_cast<uint8_t>(req.type) == raw, "type byte %u decoded as %u", raw,
                    static_cast<unsigned>(req.type));
       } else {
@@ -208,9 +227,10 @@ void check_result(std::string_view data, Dialect before, Dialect after, const Pa
                    static_cast<unsigned>(req.type));
       }
       if (before == Dialect::kUnknown) {
-        bool validate = after == Dialect::kModern;
-        FUZZ_CHECK(validate == (req.type == QueryType::kValidate && req.word == kValidationMagic &&
-                                raw == 0),
+        bool modern = after == Dialect::kModern;
+        FUZZ_CHECK(modern == ((req.type == QueryType::kValidate && req.word == kValidationMagic &&
+                               raw == 0) ||
+                              auth_byte(raw)),
                    "first request decided the wrong dialect");
       }
       // The fields: re-encoded, exactly the bytes consumed.
@@ -311,6 +331,27 @@ class Server {
 
   void operator()(const Request& decoded) {
     if (dead_) return;
+    std::string why;
+    reply_.clear();
+    FUZZ_CHECK(gated_.admit(decoded, reply_, why) != AuthGate::Verdict::kPass,
+               "%s passed the gate of a store with a secret",
+               std::string(query_type_name(decoded.type)).c_str());
+    reply_.clear();
+    switch (open_.admit(decoded, reply_, why)) {
+      case AuthGate::Verdict::kAnswered:
+        FUZZ_CHECK(decoded.type == QueryType::kAuthHello && reply_ == std::string(8, '\0'),
+                   "the open gate answered %s with %zu bytes",
+                   std::string(query_type_name(decoded.type)).c_str(), reply_.size());
+        return;
+      case AuthGate::Verdict::kRefused:
+        FUZZ_CHECK(!why.empty(), "refused without a reason");
+        dead_ = true;
+        return;
+      case AuthGate::Verdict::kPass:
+        FUZZ_CHECK(decoded.type != QueryType::kAuthHello && decoded.type != QueryType::kAuthProof,
+                   "the open gate passed %s", std::string(query_type_name(decoded.type)).c_str());
+        break;
+    }
     Request req = decoded;  // handle() moves values out
     if (req.type == QueryType::kPing) client_ = 1 + req.word % kClients;
     reply_.clear();
@@ -383,6 +424,9 @@ class Server {
     }
   }
 
+  const std::string secret_ = "the fuzzer never sees this secret";
+  AuthGate open_{nullptr};
+  AuthGate gated_{&secret_};
   Handler handler_;
   ClientId client_ = 1;
   bool dead_ = false;

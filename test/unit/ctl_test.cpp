@@ -26,7 +26,7 @@ using test::ServerFixture;
 constexpr const char* kRunId = "test";
 
 JobAddress address(const ServerFixture& s) {
-  return {"127.0.0.1", s.port(), kRunId};
+  return {"127.0.0.1", s.port(), kRunId, {}};
 }
 
 StoreClient connect(const ServerFixture& s) {

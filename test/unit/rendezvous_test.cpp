@@ -357,7 +357,7 @@ TEST_CASE("an agent takes over the close of a dead closer and ignores what it wr
   // The first arrival of round 1 joined, wrote assignments for a round of its
   // own making, and died before closing: its heartbeat is old.
   auto raw = StoreClient::connect("127.0.0.1", static_cast<uint16_t>(store.port()),
-                                  {.key_prefix = keys::prefix("test")});
+                                  {.key_prefix = keys::prefix("test"), .secret = {}});
   raw.compare_set(keys::kRound, "", "1");
   REQUIRE(raw.add(keys::round_key(1, "count"), 1) == 1);
   raw.multi_set({keys::round_key(1, keys::join_record(1)), keys::heartbeat("dead")},

@@ -24,7 +24,7 @@ constexpr const char* kRunId = "watch";
 // Fields a test fills in by hand: a status as read_status would return it.
 JobStatus running_job(int nodes, int per_node) {
   JobStatus s;
-  s.job = {"127.0.0.1", 29400, "demo"};
+  s.job = {"127.0.0.1", 29400, "demo", {}};
   s.open_round = 3;
   s.round = 2;
   s.closed = std::to_string(nodes) + " 1";  // Closed: candidates, closer
@@ -64,7 +64,7 @@ TEST_CASE("status carries each rank's step from the members' heartbeats", "[watc
   // A join writes a beat of the time alone; the heartbeat's next one has the steps.
   std::this_thread::sleep_for(200ms);
 
-  const JobAddress job{"127.0.0.1", store.port(), kRunId};
+  const JobAddress job{"127.0.0.1", store.port(), kRunId, {}};
   StoreClient client = connect_job(job, 5s, 10s);
   const JobStatus s = read_status(client, job);
   REQUIRE(s.members.size() == 2);
