@@ -269,8 +269,8 @@ int run_agent(const AgentConfig& config) {
   events::EventLog& events = event_log ? *event_log : events::EventLog::disabled();
   if (config.serve_port) {
     serving.server = std::make_unique<serve::HttpServer>(
-        serve::ServerOptions{config.serve_host, *config.serve_port}, serving.metrics.get(),
-        serving.control.get());
+        serve::ServerOptions{config.serve_host, *config.serve_port, config.rdzv.secret},
+        serving.metrics.get(), serving.control.get());
   }
   events.record(events::type::kAgentStart, agent_start_fields(config));
   std::unique_ptr<SpotWatch> spot;

@@ -178,7 +178,8 @@ class DynamicAgent {
   void serve_memory() {
     if (!node_.memory) return;
     try {
-      peer_ = std::make_unique<memory::PeerServer>(resolve_numeric(rc_.host), *node_.memory);
+      peer_ = std::make_unique<memory::PeerServer>(resolve_numeric(rc_.host), *node_.memory,
+                                                   rc_.secret);
     } catch (const NetworkError& e) {
       log_->warn("{}: peers cannot fetch this node's snapshots", e.what());
       return;
@@ -292,8 +293,8 @@ class DynamicAgent {
     for (const auto& f : plan.fetches) {
       bool got = false;
       for (const size_t i : f.holders) {
-        const util::Status st =
-            memory::fetch_snapshot(members[i].host, members[i].port, f.snapshot, *node_.memory);
+        const util::Status st = memory::fetch_snapshot(members[i].host, members[i].port, f.snapshot,
+                                                       *node_.memory, {.secret = rc_.secret});
         if (st) {
           got = true;
           if (const auto m = node_.memory->manifest(f.snapshot)) bytes += m->bytes();
@@ -347,6 +348,7 @@ class DynamicAgent {
     o.restored_step = restored_step_;
     o.replicas = config_.memory_replicas;
     o.bytes_per_second = config_.memory_replication_rate;
+    o.secret = rc_.secret;
     if (peer_) {
       o.host = rc_.host;
       o.port = peer_->port();

@@ -46,38 +46,37 @@ ctl::JobAddress AgentJobControl::job() const {
           config_.rdzv.run_id, config_.rdzv.secret};
 }
 
-StoreClient& AgentJobControl::store() {
-  if (!store_) {
-    store_ = std::make_unique<StoreClient>(ctl::connect_job(job(), kStoreTimeout, kStoreTimeout));
-  }
-  return *store_;
+// A connection per request, closed with it: API calls are rare, and a
+// connection kept open would hold the store's host agent at the end of the
+// job, where it serves the store until every other connection is gone.
+StoreClient AgentJobControl::connect() const {
+  return ctl::connect_job(job(), kStoreTimeout, kStoreTimeout);
 }
 
 nlohmann::json AgentJobControl::status() {
   nlohmann::json node = {{"node_id", config_.event_log.node_id},
                          {"host", config_.event_log.host},
                          {"pid", static_cast<int>(::getpid())}};
-  nlohmann::json ranks = nlohmann::json::array();
-  std::lock_guard<std::mutex> lock(mu_);
-  const int offset = round_.is_object() ? round_.value("rank_offset", 0) : 0;
-  for (int lr = 0; block_ && lr < block_->num_slots(); ++lr) {
-    const auto slot = block_->read_slot(lr);
-    ranks.push_back({{"local_rank", lr}, {"rank", offset + lr}, {"step", slot.step}});
+  {
+    // The lock is the agent loop's too (on_event): nothing slow under it.
+    nlohmann::json ranks = nlohmann::json::array();
+    std::lock_guard<std::mutex> lock(mu_);
+    const int offset = round_.is_object() ? round_.value("rank_offset", 0) : 0;
+    for (int lr = 0; block_ && lr < block_->num_slots(); ++lr) {
+      const auto slot = block_->read_slot(lr);
+      ranks.push_back({{"local_rank", lr}, {"rank", offset + lr}, {"step", slot.step}});
+    }
+    node["round"] = round_;
+    node["ranks"] = std::move(ranks);
   }
-  node["round"] = round_;
-  node["ranks"] = ranks;
   nlohmann::json out = {{"run_id", config_.dynamic ? config_.rdzv.run_id : config_.run_id},
                         {"backend", config_.dynamic      ? "c10d"
                                     : config_.standalone ? "standalone"
                                                          : "static"},
                         {"node", node}};
   if (config_.dynamic) {
-    try {
-      out["job"] = nlohmann::json::parse(ctl::format_json(ctl::read_status(store(), job())));
-    } catch (const Error&) {
-      store_.reset();  // reconnect next time
-      throw;
-    }
+    StoreClient client = connect();
+    out["job"] = nlohmann::json::parse(ctl::format_json(ctl::read_status(client, job())));
   }
   return out;
 }
@@ -88,25 +87,17 @@ nlohmann::json AgentJobControl::request(const ctl::Request& r, bool wait) {
         "this job's size is fixed (--rdzv-backend static or --standalone); an elastic job runs "
         "with --rdzv-backend c10d --nnodes MIN:MAX");
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  try {
-    StoreClient& job = store();
-    const ctl::Ticket t = ctl::submit(job, r);
-    nlohmann::json out = {{"request", ctl::describe(r)}, {"seq", t.seq}};
-    if (!wait) {
-      out["handled"] = false;
-      return out;
-    }
-    ctl::wait_handled(job, t, kHandledTimeout);
-    out["handled"] = true;
-    out["outcome"] = ctl::outcome(job, r, t);
+  StoreClient job = connect();
+  const ctl::Ticket t = ctl::submit(job, r);
+  nlohmann::json out = {{"request", ctl::describe(r)}, {"seq", t.seq}};
+  if (!wait) {
+    out["handled"] = false;
     return out;
-  } catch (const TimeoutError&) {
-    throw;  // the request is queued; the connection is fine
-  } catch (const Error&) {
-    store_.reset();
-    throw;
   }
+  ctl::wait_handled(job, t, kHandledTimeout);  // a TimeoutError leaves the request queued
+  out["handled"] = true;
+  out["outcome"] = ctl::outcome(job, r, t);
+  return out;
 }
 
 nlohmann::json AgentJobControl::scale(int nodes, bool wait) {

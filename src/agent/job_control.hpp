@@ -43,13 +43,12 @@ class AgentJobControl final : public serve::JobControl, public events::EventObse
 
  private:
   nlohmann::json request(const ctl::Request& r, bool wait);
-  StoreClient& store();  // with mu_ held
+  StoreClient connect() const;
   ctl::JobAddress job() const;
 
   const AgentConfig& config_;
-  std::mutex mu_;  // block_, store_, round_
+  std::mutex mu_;  // block_, round_
   const control::ControlBlock* block_ = nullptr;
-  std::unique_ptr<StoreClient> store_;
   nlohmann::json round_;  // the last round_start's fields; null before one
   std::thread drainer_;   // POST /drain's SIGTERM, sent after the answer
 };

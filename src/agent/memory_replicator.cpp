@@ -115,6 +115,7 @@ bool MemoryReplicator::replicate(size_t source, const rendezvous::MemoryHoldings
   memory::FetchOptions fo;
   fo.bytes_per_second = o_.bytes_per_second;
   fo.cancel = &stop_;
+  fo.secret = o_.secret;
   const util::Status st = memory::fetch_snapshot(from.host, from.port, name, tier_, fo);
   if (!st) {
     retry_at_[name] = std::chrono::steady_clock::now() + kRetryAfter;

@@ -49,6 +49,7 @@ class MemoryReplicator {
     std::string host;
     int port = 0;
     std::chrono::milliseconds interval{500};  // between passes
+    std::string secret;                       // the job secret, for peers' servers
   };
 
   // `store`: a connection only this replicator uses while it lives.

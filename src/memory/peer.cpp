@@ -47,8 +47,8 @@ struct OpenFile {
 
 }  // namespace
 
-PeerServer::PeerServer(const std::string& host, Tier& tier)
-    : server_(std::make_unique<httplib::Server>()) {
+PeerServer::PeerServer(const std::string& host, Tier& tier, const std::string& secret)
+    : secret_(secret), server_(std::make_unique<httplib::Server>()) {
   auto& s = *server_;
   s.new_task_queue = [] { return new httplib::ThreadPool(kWorkers); };
   s.set_socket_options([](int sock) {
@@ -57,40 +57,62 @@ PeerServer::PeerServer(const std::string& host, Tier& tier)
   });
   s.set_payload_max_length(0);
   Tier* t = &tier;
+  // With the secret: each request signed (util/http_auth.hpp), its nonce from /auth/nonce.
+  auto guarded = [this](httplib::Server::Handler handler) -> httplib::Server::Handler {
+    if (secret_.empty()) return handler;
+    return
+        [this, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+          const std::string why =
+              util::check_http_authorization(secret_, nonces_, req.method, req.target, req.body,
+                                             req.get_header_value("Authorization"));
+          if (!why.empty()) {
+            util::logger("memory")->warn("refused {} {} from {}: {}", req.method, req.path,
+                                         req.remote_addr, why);
+            res.status = 401;
+            return res.set_content(why + "\n", "text/plain");
+          }
+          handler(req, res);
+        };
+  };
+  if (!secret_.empty()) {
+    s.Get(util::kAuthNoncePath, [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(nonces_.issue(), "text/plain");
+    });
+  }
   s.Get(R"(/memory/v1/snapshots/([^/]+)/manifest)",
-        [t](const httplib::Request& req, httplib::Response& res) {
+        guarded([t](const httplib::Request& req, httplib::Response& res) {
           const auto m = t->manifest(req.matches[1]);
           if (!m) {
             res.status = 404;
             return res.set_content("no such snapshot\n", "text/plain");
           }
           res.set_content(m->serialize(), "text/plain");
-        });
-  s.Get(R"(/memory/v1/snapshots/([^/]+)/files/([^/]+))", [t](const httplib::Request& req,
-                                                             httplib::Response& res) {
-    const std::string name = req.matches[1], file = req.matches[2];
-    const auto m = t->manifest(name);
-    const bool listed = m && std::any_of(m->files.begin(), m->files.end(),
-                                         [&](const ManifestFile& f) { return f.name == file; });
-    const int fd = listed ? ::open(t->file(name, file).c_str(), O_RDONLY | O_CLOEXEC) : -1;
-    if (fd < 0) {
-      res.status = 404;
-      return res.set_content("no such file\n", "text/plain");
-    }
-    auto open = std::make_shared<OpenFile>(fd);
-    const off_t size = ::lseek(fd, 0, SEEK_END);
-    res.set_content_provider(static_cast<size_t>(size < 0 ? 0 : size), "application/octet-stream",
-                             [open](size_t offset, size_t length, httplib::DataSink& sink) {
-                               auto& buf = open->buf;
-                               if (buf.empty()) buf.resize(kChunk);
-                               const ssize_t n =
-                                   ::pread(open->fd, buf.data(), std::min(length, buf.size()),
-                                           static_cast<off_t>(offset));
-                               if (n <= 0)
-                                 return false;  // the file shrank or went: the peer sees a cut
-                               return sink.write(buf.data(), static_cast<size_t>(n));
-                             });
-  });
+        }));
+  s.Get(R"(/memory/v1/snapshots/([^/]+)/files/([^/]+))",
+        guarded([t](const httplib::Request& req, httplib::Response& res) {
+          const std::string name = req.matches[1], file = req.matches[2];
+          const auto m = t->manifest(name);
+          const bool listed =
+              m && std::any_of(m->files.begin(), m->files.end(),
+                               [&](const ManifestFile& f) { return f.name == file; });
+          const int fd = listed ? ::open(t->file(name, file).c_str(), O_RDONLY | O_CLOEXEC) : -1;
+          if (fd < 0) {
+            res.status = 404;
+            return res.set_content("no such file\n", "text/plain");
+          }
+          auto open = std::make_shared<OpenFile>(fd);
+          const off_t size = ::lseek(fd, 0, SEEK_END);
+          res.set_content_provider(
+              static_cast<size_t>(size < 0 ? 0 : size), "application/octet-stream",
+              [open](size_t offset, size_t length, httplib::DataSink& sink) {
+                auto& buf = open->buf;
+                if (buf.empty()) buf.resize(kChunk);
+                const ssize_t n = ::pread(open->fd, buf.data(), std::min(length, buf.size()),
+                                          static_cast<off_t>(offset));
+                if (n <= 0) return false;  // the file shrank or went: the peer sees a cut
+                return sink.write(buf.data(), static_cast<size_t>(n));
+              });
+        }));
   port_ = s.bind_to_any_port(host);
   if (port_ <= 0) throw NetworkError("cannot serve the memory tier on " + host + ":0");
   thread_ = util::start_quiet_thread([this] {
@@ -117,7 +139,7 @@ namespace {
 // carries). Only what PeerServer answers is understood: a status line, and
 // a body of Content-Length bytes. `status`: the answer's code.
 util::Status http_get(const std::string& host, int port, const std::string& path,
-                      std::chrono::seconds silence, int& status,
+                      const std::string& authorization, std::chrono::seconds silence, int& status,
                       const std::function<bool(const char*, size_t)>& sink) {
   const auto quiet = [&] { return util::Deadline::after(silence); };
   // A member that stopped answering is given up on soon: another may hold it.
@@ -126,8 +148,10 @@ util::Status http_get(const std::string& host, int port, const std::string& path
       util::Deadline::after(std::min<std::chrono::milliseconds>(silence, kConnectWithin)));
   if (!sock) return sock.status();
   util::Socket& s = sock.value();
-  const std::string request = "GET " + path + " HTTP/1.1\r\nHost: " + host + ":" +
-                              std::to_string(port) + "\r\nConnection: close\r\n\r\n";
+  std::string request = "GET " + path + " HTTP/1.1\r\nHost: " + host + ":" + std::to_string(port) +
+                        "\r\nConnection: close\r\n";
+  if (!authorization.empty()) request += "Authorization: " + authorization + "\r\n";
+  request += "\r\n";
   if (auto st = s.send_all(request.data(), request.size(), quiet()); !st) return st;
   std::string head;
   while (head.size() < 16384 && (head.size() < 4 || head.compare(head.size() - 4, 4, "\r\n\r\n"))) {
@@ -207,13 +231,34 @@ util::Status fetch_snapshot(const std::string& host, int port, const std::string
     return util::Status(err, "fetching " + name + " from " + peer + ": " + why);
   };
   int status = 0;
+  // A GET, signed with the job secret when there is one (util/http_auth.hpp):
+  // each takes a nonce of its own first.
+  auto get = [&](const std::string& path,
+                 const std::function<bool(const char*, size_t)>& sink) -> util::Status {
+    std::string authorization;
+    if (!options.secret.empty()) {
+      std::string nonce;
+      auto st = http_get(host, port, util::kAuthNoncePath, "", timeout, status,
+                         [&](const char* d, size_t n) {
+                           nonce.append(d, n);
+                           return nonce.size() <= 128;
+                         });
+      if (!st) return st;
+      if (status != 200) {
+        return util::Status(EACCES, "the peer hands out no nonce (HTTP " + std::to_string(status) +
+                                        "): it has no job secret");
+      }
+      authorization = util::http_authorization(options.secret, "GET", path, nonce, "");
+    }
+    return http_get(host, port, path, authorization, timeout, status, sink);
+  };
   std::string text;
-  auto got =
-      http_get(host, port, manifest_path(name), timeout, status, [&](const char* d, size_t n) {
-        text.append(d, n);
-        return text.size() <= (64u << 20);
-      });
+  auto got = get(manifest_path(name), [&](const char* d, size_t n) {
+    text.append(d, n);
+    return text.size() <= (64u << 20);
+  });
   if (!got) return failed(got.err(), "the manifest: " + got.message());
+  if (status == 401) return failed(EACCES, "the peer refused: " + text);
   if (status != 200) return failed(ENOENT, "the peer does not hold it");
   auto parsed = Manifest::parse(text);
   if (!parsed) return failed(EPROTO, parsed.status().message());
@@ -231,20 +276,19 @@ util::Status fetch_snapshot(const std::string& host, int port, const std::string
     uint32_t crc = 0;
     uint64_t size = 0;
     bool written = true;
-    const util::Status res = http_get(
-        host, port, file_path(name, f.name), timeout, status, [&](const char* d, size_t n) {
-          if (status != 200) return false;
-          if (!pace.took(n)) return false;
-          crc = ckpt::crc32c(std::span(reinterpret_cast<const std::byte*>(d), n), crc);
-          size += n;
-          for (size_t off = 0; off < n;) {
-            const ssize_t w = ::write(fd, d + off, n - off);
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) return written = false;
-            off += static_cast<size_t>(w);
-          }
-          return true;
-        });
+    const util::Status res = get(file_path(name, f.name), [&](const char* d, size_t n) {
+      if (status != 200) return false;
+      if (!pace.took(n)) return false;
+      crc = ckpt::crc32c(std::span(reinterpret_cast<const std::byte*>(d), n), crc);
+      size += n;
+      for (size_t off = 0; off < n;) {
+        const ssize_t w = ::write(fd, d + off, n - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return written = false;
+        off += static_cast<size_t>(w);
+      }
+      return true;
+    });
     ::close(fd);
     std::string why;
     if (pace.cancelled()) {

@@ -10,9 +10,10 @@
 //
 // The server binds to the agent's address (its workers' peers reach it
 // there), reads files from the tier on its own threads, never on the
-// agent's loop, and answers only GETs of adopted snapshots. There is no
-// authentication yet (a job secret comes with the authentication issue):
-// anyone who can reach the port can read the training state.
+// agent's loop, and answers only GETs of adopted snapshots. With the job
+// secret it answers only requests that prove it (util/http_auth.hpp: a
+// nonce from GET /auth/nonce, then the signed GET); without one, anyone
+// who can reach the port can read the training state.
 #pragma once
 
 #include <atomic>
@@ -22,6 +23,7 @@
 #include <thread>
 
 #include "memory/tier.hpp"
+#include "util/http_auth.hpp"
 #include "util/result.hpp"
 
 namespace httplib {
@@ -32,9 +34,10 @@ namespace elasticrun::memory {
 
 class PeerServer {
  public:
-  // Binds host:0 and serves `tier` (which must outlive it). Throws
-  // NetworkError when the address cannot be bound.
-  PeerServer(const std::string& host, Tier& tier);
+  // Binds host:0 and serves `tier` (which must outlive it), to requests
+  // signed with `secret` when it is not empty. Throws NetworkError when the
+  // address cannot be bound.
+  PeerServer(const std::string& host, Tier& tier, const std::string& secret = {});
   ~PeerServer();  // stops serving; a transfer under way is cut
   PeerServer(const PeerServer&) = delete;
   PeerServer& operator=(const PeerServer&) = delete;
@@ -42,6 +45,8 @@ class PeerServer {
   int port() const { return port_; }
 
  private:
+  const std::string secret_;
+  util::NonceBook nonces_;
   std::unique_ptr<httplib::Server> server_;
   int port_ = 0;
   std::thread thread_;
@@ -57,6 +62,9 @@ struct FetchOptions {
   // Set by another thread: the fetch stops at its next chunk, leaving
   // nothing in the tier.
   const std::atomic<bool>* cancel = nullptr;
+  // The job secret, for a peer that asks for it (every agent of a job with
+  // one); empty: none.
+  std::string secret = {};
 };
 
 // Fetches snapshot `name` from the agent serving at host:port into `tier`

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "elasticrun/errors.hpp"
+#include "util/http_auth.hpp"
+#include "util/logging.hpp"
 #include "util/quiet_thread.hpp"
 
 namespace elasticrun::serve {
@@ -173,8 +175,30 @@ void route(httplib::Server& s, const std::string& path, const char* method,
   s.Delete(path, wrong);
 }
 
+// The job secret's check in front of a handler (util/http_auth.hpp); no
+// check when the job has no secret.
+struct Gate {
+  const std::string* secret = nullptr;  // null: none
+  util::NonceBook* nonces = nullptr;
+};
+
+httplib::Server::Handler guarded(const Gate& gate, httplib::Server::Handler handler) {
+  if (!gate.secret) return handler;
+  return [gate, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+    const std::string why =
+        util::check_http_authorization(*gate.secret, *gate.nonces, req.method, req.target, req.body,
+                                       req.get_header_value("Authorization"));
+    if (!why.empty()) {
+      util::logger("http")->warn("refused {} {} from {}: {}", req.method, req.path, req.remote_addr,
+                                 why);
+      return fail(res, 401, why);
+    }
+    handler(req, res);
+  };
+}
+
 // The routes and settings of the agent's server.
-void configure(httplib::Server& s, AgentMetrics* metrics, JobControl* control) {
+void configure(httplib::Server& s, AgentMetrics* metrics, JobControl* control, const Gate& gate) {
   s.new_task_queue = [] { return new LazyPool(kWorkers); };
   s.set_payload_max_length(kMaxBody);
   // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a
@@ -192,11 +216,18 @@ void configure(httplib::Server& s, AgentMetrics* metrics, JobControl* control) {
       res.set_content(metrics->scrape(), "text/plain; version=0.0.4; charset=utf-8");
     });
   }
+  if (gate.secret) {
+    route(s, util::kAuthNoncePath, "GET",
+          [nonces = gate.nonces](const httplib::Request&, httplib::Response& res) {
+            res.set_content(nonces->issue(), "text/plain");
+          });
+  }
   if (control) {
-    route(s, "/status", "GET", [control](const httplib::Request& req, httplib::Response& res) {
-      if (!req.params.empty()) return fail(res, 400, "GET /status takes no parameters");
-      answer(res, [&] { return control->status(); });
-    });
+    route(s, "/status", "GET",
+          guarded(gate, [control](const httplib::Request& req, httplib::Response& res) {
+            if (!req.params.empty()) return fail(res, 400, "GET /status takes no parameters");
+            answer(res, [&] { return control->status(); });
+          }));
     auto scaling = [control](bool scale) {
       return [control, scale](const httplib::Request& req, httplib::Response& res) {
         answer(res, [&] {
@@ -207,16 +238,17 @@ void configure(httplib::Server& s, AgentMetrics* metrics, JobControl* control) {
         });
       };
     };
-    route(s, "/scale", "POST", scaling(true));
-    route(s, "/release", "POST", scaling(false));
-    route(s, "/drain", "POST", [control](const httplib::Request& req, httplib::Response& res) {
-      answer(res, [&] {
-        if (!req.body.empty() || !req.params.empty()) {
-          throw ConfigError("POST /drain takes no parameters");
-        }
-        return control->drain();
-      });
-    });
+    route(s, "/scale", "POST", guarded(gate, scaling(true)));
+    route(s, "/release", "POST", guarded(gate, scaling(false)));
+    route(s, "/drain", "POST",
+          guarded(gate, [control](const httplib::Request& req, httplib::Response& res) {
+            answer(res, [&] {
+              if (!req.body.empty() || !req.params.empty()) {
+                throw ConfigError("POST /drain takes no parameters");
+              }
+              return control->drain();
+            });
+          }));
   }
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     // Only what no handler answered: an unknown path, a body too large.
@@ -237,11 +269,11 @@ void configure(httplib::Server& s, AgentMetrics* metrics, JobControl* control) {
 }  // namespace
 
 HttpServer::HttpServer(const ServerOptions& options, AgentMetrics* metrics, JobControl* control)
-    : host_(options.host), requested_port_(options.port) {
+    : host_(options.host), requested_port_(options.port), secret_(options.secret) {
   // Its workers start from it and inherit the quiet mask (util/quiet_thread).
   thread_ = util::start_quiet_thread([this, options, metrics, control] {
     auto server = std::make_unique<httplib::Server>();
-    configure(*server, metrics, control);
+    configure(*server, metrics, control, secret_.empty() ? Gate{} : Gate{&secret_, &nonces_});
     const int port = options.port == 0
                          ? server->bind_to_any_port(options.host)
                          : (server->bind_to_port(options.host, options.port) ? options.port : -1);

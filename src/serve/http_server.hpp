@@ -6,8 +6,9 @@
 // 4xx and a JSON body {"error": "..."} and change nothing; bodies over
 // kMaxBody bytes get 413 before they are read whole.
 //
-// It binds to loopback unless the user names another address: there is no
-// authentication yet, and POST /release takes a node away.
+// It binds to loopback unless the user names another address: POST
+// /release takes a node away. With the job secret, the control paths ask
+// every request to prove it (ServerOptions::secret).
 #pragma once
 
 #include <atomic>
@@ -19,6 +20,7 @@
 #include <thread>
 
 #include "serve/metrics.hpp"
+#include "util/http_auth.hpp"
 
 namespace httplib {
 class Server;
@@ -54,6 +56,11 @@ class UnsupportedError : public std::runtime_error {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;  // 0: any free port (port() says which)
+  // The job secret: with one, GET /status and the POSTs answer only
+  // requests that prove it (util/http_auth.hpp; 401 and a warning else),
+  // and GET /auth/nonce hands out their nonces. GET /metrics stays open:
+  // Prometheus cannot sign, and it changes nothing. Empty: none.
+  std::string secret;
 };
 
 class HttpServer {
@@ -81,6 +88,8 @@ class HttpServer {
  private:
   const std::string host_;
   const int requested_port_;
+  const std::string secret_;
+  util::NonceBook nonces_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool bound_ = false;                       // the thread tried to bind (under mu_)

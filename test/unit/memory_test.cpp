@@ -108,6 +108,42 @@ TEST_CASE(
   CHECK_FALSE(fs::exists(where));
 }
 
+TEST_CASE("with the job secret, a peer serves only fetches that prove it", "[memory][auth]") {
+  TempDir a_base, b_base;
+  auto holder = Tier::create(a_base.path(), std::nullopt);
+  const std::string payload(1 << 20, 'x');
+  write_snapshot(*holder, 40, 0, payload);
+  REQUIRE(holder->adopt().step == 40);
+  const std::string secret = "the-job-secret-of-this-test";
+  PeerServer server("127.0.0.1", *holder, secret);
+  const std::string name = "step_000000040.r0";
+  auto t = Tier::create(b_base.path(), std::nullopt);
+
+  const auto without = fetch_snapshot("127.0.0.1", server.port(), name, *t);
+  REQUIRE_FALSE(without);
+  CHECK_THAT(without.message(),
+             Catch::Contains("the peer refused") && Catch::Contains("asks for the job secret"));
+  const auto wrong =
+      fetch_snapshot("127.0.0.1", server.port(), name, *t, {.secret = "another-job's-secret"});
+  REQUIRE_FALSE(wrong);
+  CHECK_THAT(wrong.message(), Catch::Contains("wrong MAC"));
+  CHECK(fs::is_empty(t->path()));
+
+  REQUIRE(fetch_snapshot("127.0.0.1", server.port(), name, *t, {.secret = secret}));
+  CHECK(read_file(t->path() / name / "__0_0.distcp") == payload);
+
+  // A fetcher holding a secret refuses a peer that asks for none.
+  TempDir c_base;
+  auto open_holder = Tier::create(c_base.path(), std::nullopt);
+  write_snapshot(*open_holder, 41, 0, payload);
+  REQUIRE(open_holder->adopt().step == 41);
+  PeerServer open_server("127.0.0.1", *open_holder);
+  const auto st =
+      fetch_snapshot("127.0.0.1", open_server.port(), "step_000000041.r0", *t, {.secret = secret});
+  REQUIRE_FALSE(st);
+  CHECK_THAT(st.message(), Catch::Contains("hands out no nonce"));
+}
+
 TEST_CASE("a peer's snapshot arrives whole, and a corrupt or oversized one never lands",
           "[memory]") {
   TempDir a_base, b_base;

@@ -11,6 +11,7 @@
 #include "events/types.hpp"
 #include "serve/http_server.hpp"
 #include "serve/metrics.hpp"
+#include "util/http_auth.hpp"
 
 using namespace elasticrun::serve;
 using Catch::Matchers::Contains;
@@ -100,7 +101,7 @@ TEST_CASE("the metrics follow the events the agent records", "[serve]") {
 TEST_CASE("the server answers its routes and refuses bad requests with a reason", "[serve]") {
   AgentMetrics metrics("job", "h1", 1);
   FakeControl control;
-  HttpServer server({"127.0.0.1", 0}, &metrics, &control);
+  HttpServer server({"127.0.0.1", 0, {}}, &metrics, &control);
   REQUIRE(server.port() > 0);
   httplib::Client c("127.0.0.1", server.port());
 
@@ -173,8 +174,8 @@ TEST_CASE("the server answers its routes and refuses bad requests with a reason"
 }
 
 TEST_CASE("a port in use is an error naming it", "[serve]") {
-  HttpServer first({"127.0.0.1", 0}, nullptr, nullptr);
-  HttpServer second({"127.0.0.1", first.port()}, nullptr, nullptr);
+  HttpServer first({"127.0.0.1", 0, {}}, nullptr, nullptr);
+  HttpServer second({"127.0.0.1", first.port(), {}}, nullptr, nullptr);
   CHECK_THROWS_AS(second.port(), elasticrun::NetworkError);
   CHECK_THROWS_AS(second.port(), elasticrun::NetworkError);  // asked again: the same answer
   second.stop();                                             // nothing listens: nothing to stop
@@ -189,7 +190,7 @@ TEST_CASE("two clients that keep their connections open are answered at once", "
   // start at the first requests: the second client must not wait for the
   // first to hang up.
   AgentMetrics metrics("job", "h1", 1);
-  HttpServer server({"127.0.0.1", 0}, &metrics, nullptr);
+  HttpServer server({"127.0.0.1", 0, {}}, &metrics, nullptr);
   httplib::Client a("127.0.0.1", server.port());
   httplib::Client b("127.0.0.1", server.port());
   for (auto* c : {&a, &b}) {
@@ -205,4 +206,87 @@ TEST_CASE("two clients that keep their connections open are answered at once", "
       CHECK(res->status == 200);
     }
   }
+}
+
+TEST_CASE("with the job secret, the control paths answer only signed requests, each once",
+          "[serve][auth]") {
+  const std::string secret = "the-job-secret-of-this-test";
+  AgentMetrics metrics("job", "h1", 1);
+  FakeControl control;
+  HttpServer server({"127.0.0.1", 0, secret}, &metrics, &control);
+  httplib::Client c("127.0.0.1", server.port());
+  auto nonce = [&] {
+    auto r = c.Get(elasticrun::util::kAuthNoncePath);
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    REQUIRE(r->body.size() == 64);
+    return r->body;
+  };
+  auto signed_with = [&](const std::string& s, const std::string& method, const std::string& target,
+                         const std::string& body) {
+    httplib::Headers h = {
+        {"Authorization", elasticrun::util::http_authorization(s, method, target, nonce(), body)}};
+    return h;
+  };
+
+  // Unsigned: 401, a reason, the job untouched. /metrics stays open.
+  auto res = c.Get("/status");
+  REQUIRE(res);
+  CHECK(res->status == 401);
+  CHECK_THAT(res->body, Contains("asks for the job secret"));
+  res = c.Post("/release", R"({"nodes": 1})", "application/json");
+  REQUIRE(res);
+  CHECK(res->status == 401);
+  CHECK(control.calls == 0);
+  res = c.Get("/metrics");
+  REQUIRE(res);
+  CHECK(res->status == 200);
+
+  // Signed: served.
+  const httplib::Headers good = signed_with(secret, "GET", "/status", "");
+  res = c.Get("/status", good);
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(control.calls == 1);
+  const std::string body = R"({"nodes": 2})";
+  res = c.Post("/scale", signed_with(secret, "POST", "/scale", body), body, "application/json");
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(control.calls == 2);
+
+  // The same signed request again: its nonce is spent.
+  res = c.Get("/status", good);
+  REQUIRE(res);
+  CHECK(res->status == 401);
+  CHECK_THAT(res->body, Contains("spent"));
+  // Another secret, a changed body, a made-up nonce: refused.
+  res = c.Get("/status", signed_with("another-secret-entirely", "GET", "/status", ""));
+  REQUIRE(res);
+  CHECK(res->status == 401);
+  CHECK_THAT(res->body, Contains("wrong MAC"));
+  res = c.Post("/scale", signed_with(secret, "POST", "/scale", R"({"nodes": 3})"),
+               R"({"nodes": 9})", "application/json");
+  REQUIRE(res);
+  CHECK(res->status == 401);
+  res = c.Get("/status",
+              {{"Authorization", elasticrun::util::http_authorization(secret, "GET", "/status",
+                                                                      std::string(64, 'a'), "")}});
+  REQUIRE(res);
+  CHECK(res->status == 401);
+  CHECK(control.calls == 2);
+}
+
+TEST_CASE("nonces are spent once, expire, and the oldest go past the capacity", "[auth]") {
+  elasticrun::util::NonceBook book(std::chrono::seconds(30), 2);
+  const std::string a = book.issue(), b = book.issue();
+  CHECK(a != b);
+  CHECK(book.redeem(a));
+  CHECK_FALSE(book.redeem(a));
+  const std::string c = book.issue(), d = book.issue();  // b is forgotten
+  CHECK_FALSE(book.redeem(b));
+  CHECK(book.redeem(c));
+  CHECK(book.redeem(d));
+  elasticrun::util::NonceBook brief(std::chrono::seconds(0));
+  const std::string e = brief.issue();
+  CHECK_FALSE(brief.redeem(e));
 }
