@@ -75,8 +75,8 @@ PeerServer::PeerServer(const std::string& host, Tier& tier, const std::string& s
         };
   };
   if (!secret_.empty()) {
-    s.Get(util::kAuthNoncePath, [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(nonces_.issue(), "text/plain");
+    s.Get(util::kAuthNoncePath, [this](const httplib::Request& req, httplib::Response& res) {
+      res.set_content(nonces_.issue(req.remote_addr), "text/plain");
     });
   }
   s.Get(R"(/memory/v1/snapshots/([^/]+)/manifest)",
@@ -247,6 +247,10 @@ util::Status fetch_snapshot(const std::string& host, int port, const std::string
       if (status != 200) {
         return util::Status(EACCES, "the peer hands out no nonce (HTTP " + std::to_string(status) +
                                         "): it has no job secret");
+      }
+      if (!util::is_auth_nonce(nonce)) {
+        return util::Status(EPROTO,
+                            "the peer's nonce is not 64 hex digits: not an elasticrun agent?");
       }
       authorization = util::http_authorization(options.secret, "GET", path, nonce, "");
     }

@@ -218,8 +218,8 @@ void configure(httplib::Server& s, AgentMetrics* metrics, JobControl* control, c
   }
   if (gate.secret) {
     route(s, util::kAuthNoncePath, "GET",
-          [nonces = gate.nonces](const httplib::Request&, httplib::Response& res) {
-            res.set_content(nonces->issue(), "text/plain");
+          [nonces = gate.nonces](const httplib::Request& req, httplib::Response& res) {
+            res.set_content(nonces->issue(req.remote_addr), "text/plain");
           });
   }
   if (control) {

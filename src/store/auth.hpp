@@ -21,6 +21,9 @@
 //     secret): answered with kRefusedWord where its PING's echo would be;
 //   - AUTH_PROOF before AUTH_HELLO, a nonce of the wrong size, either AUTH
 //     request once authenticated: closed without an answer.
+// Before the handshake a request is judged by its first byte (screen()),
+// so a client without the secret cannot make the server buffer anything
+// but the 73 bytes an AUTH request may have.
 // A store without a secret answers AUTH_HELLO with an empty nonce (a
 // client holding a secret refuses such a store) and passes every other
 // request through.
@@ -58,14 +61,22 @@ class AuthGate {
     kAnswered,  // an AUTH request, answered in `reply`
     kRefused,   // send `reply` (if any), log `why` and close the connection
   };
-  // Decides on one complete request. `reply` is appended to.
+  // Decides on one complete request. `reply` is appended to. Never throws:
+  // a failure of the server's own (no randomness, say) refuses the client.
   Verdict admit(const Request& req, std::string& reply, std::string& why);
+
+  // Before open(): decides on the first byte of a request, before any more
+  // of it is buffered. kPass for the AUTH request the handshake is due;
+  // kRefused (with `reply` and `why` as admit's) for anything else.
+  Verdict screen(uint8_t first_byte, std::string& reply, std::string& why) const;
 
   // The handshake is done, or the store has no secret.
   bool open() const { return !secret_ || stage_ == Stage::kOpen; }
 
  private:
   enum class Stage { kStart, kChallenged, kOpen };
+  Verdict decide(const Request& req, std::string& reply, std::string& why);
+
   const std::string* secret_;
   Stage stage_ = Stage::kStart;
   std::string client_nonce_, server_nonce_;

@@ -60,12 +60,12 @@ struct StoreClient::Impl {
     return v;
   }
 
-  std::string read_bytes(Deadline dl, const std::string& what) {
+  // A length-prefixed reply of at most `max` bytes. The store's own limits
+  // are far below the default; a larger length means we are not talking
+  // to a store, and allocating it would be a mistake.
+  std::string read_bytes(Deadline dl, const std::string& what, uint64_t max = 1ull << 32) {
     auto len = read_fixed<uint64_t>(dl, what);
-    // The store's own limits are far below this; a larger length means we
-    // are not talking to a store, and allocating it would be a mistake.
-    constexpr uint64_t kMaxReply = 1ull << 32;
-    if (len > kMaxReply) {
+    if (len > max) {
       broken = true;
       sock.close();
       throw StoreError("store " + endpoint + ": " + what + ": reply claims " + std::to_string(len) +
@@ -188,7 +188,7 @@ StoreClient StoreClient::connect(const std::string& host, uint16_t port,
     client_nonce = util::random_bytes(store::kAuthNonceSize);
     RequestWriter(frame).type(QueryType::kAuthHello).bytes(client_nonce);
     impl->send(frame, hs, "handshake");
-    server_nonce = impl->read_bytes(hs, "handshake");
+    server_nonce = impl->read_bytes(hs, "handshake", store::kMaxAuthField);
     if (server_nonce.empty()) {
       throw ConfigError("store " + endpoint +
                         " asks for no secret, and this client holds the job's: a store that "
@@ -215,7 +215,7 @@ StoreClient StoreClient::connect(const std::string& host, uint16_t port,
       .u32(nonce);
   impl->send(frame, hs, "handshake");
   if (secret) {
-    const std::string proof = impl->read_bytes(hs, "handshake");
+    const std::string proof = impl->read_bytes(hs, "handshake", store::kMaxAuthField);
     if (proof.empty()) {
       throw ConfigError("store " + endpoint +
                         " refused this client's proof of the job secret: the two secrets differ");

@@ -247,6 +247,15 @@ struct ServerCore {
     size_t used = 0;
     std::string& reply = reply_buffer;
     while (!c->closing && used < data.size()) {
+      if (!c->gate.open()) {
+        reply.clear();
+        std::string why;
+        if (c->gate.screen(static_cast<uint8_t>(data[used]), reply, why) ==
+            AuthGate::Verdict::kRefused) {
+          refuse(c, reply, why);
+          break;
+        }
+      }
       Request req;
       ParseResult r = parse_request(data.substr(used), c->dialect, options.limits, req);
       if (r.status == ParseStatus::kIncomplete) {

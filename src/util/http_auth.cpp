@@ -45,6 +45,11 @@ std::string_view field(std::string_view params, std::string_view name) {
 
 }  // namespace
 
+bool is_auth_nonce(std::string_view text) {
+  return text.size() == 2 * kNonceBytes &&
+         text.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
 std::string http_authorization(std::string_view secret, std::string_view method,
                                std::string_view target, std::string_view nonce,
                                std::string_view body) {
@@ -52,31 +57,72 @@ std::string http_authorization(std::string_view secret, std::string_view method,
          ", mac=" + mac_hex(secret, method, target, nonce, body);
 }
 
-std::string NonceBook::issue() {
+std::string NonceBook::issue(const std::string& peer) {
   std::string nonce = hex(random_bytes(kNonceBytes));
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   expire(now);
-  while (issued_.size() >= capacity_) {
-    live_.erase(issued_.front().second);
-    issued_.pop_front();
+  for (auto p = peers_.find(peer); p != peers_.end() && p->second.live >= per_peer_;
+       p = peers_.find(peer)) {
+    forget_first_live(p->second.order);  // this peer's oldest (may erase its entry)
   }
-  issued_.emplace_back(now + ttl_, nonce);
-  live_.insert(nonce);
+  while (live_.size() >= capacity_ && forget_first_live(order_)) {
+  }
+  live_.emplace(nonce, Live{now + ttl_, peer});
+  PeerNonces& mine = peers_[peer];
+  mine.order.push_back(nonce);
+  ++mine.live;
+  compact(mine.order, mine.live);
+  order_.push_back(nonce);
+  compact(order_, live_.size());
   return nonce;
 }
 
 bool NonceBook::redeem(const std::string& nonce) {
   std::lock_guard<std::mutex> lock(mu_);
-  expire(std::chrono::steady_clock::now());
-  return live_.erase(nonce) == 1;  // its entry in issued_ goes when it expires
+  expire(Clock::now());
+  auto it = live_.find(nonce);
+  if (it == live_.end()) return false;
+  forget(it);
+  return true;
 }
 
-void NonceBook::expire(std::chrono::steady_clock::time_point now) {
-  while (!issued_.empty() && issued_.front().first <= now) {
-    live_.erase(issued_.front().second);
-    issued_.pop_front();
+void NonceBook::expire(Clock::time_point now) {
+  while (!order_.empty()) {
+    auto it = live_.find(order_.front());
+    if (it != live_.end()) {
+      if (it->second.expires > now) return;  // issue order is expiry order
+      forget(it);
+    }
+    order_.pop_front();
   }
+}
+
+void NonceBook::forget(std::unordered_map<std::string, Live>::iterator it) {
+  auto p = peers_.find(it->second.peer);
+  if (--p->second.live == 0) peers_.erase(p);
+  live_.erase(it);
+}
+
+bool NonceBook::forget_first_live(std::deque<std::string>& order) {
+  while (!order.empty()) {
+    auto it = live_.find(order.front());
+    order.pop_front();
+    if (it != live_.end()) {
+      forget(it);  // may erase the peer entry that holds `order`: return at once
+      return true;
+    }
+  }
+  return false;
+}
+
+void NonceBook::compact(std::deque<std::string>& order, size_t live) {
+  if (order.size() < 2 * live + 16) return;
+  std::deque<std::string> kept;
+  for (std::string& n : order) {
+    if (live_.count(n) != 0) kept.push_back(std::move(n));
+  }
+  order.swap(kept);
 }
 
 std::string check_http_authorization(std::string_view secret, NonceBook& book,

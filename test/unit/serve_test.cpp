@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "elasticrun/errors.hpp"
 #include "events/types.hpp"
@@ -289,4 +290,29 @@ TEST_CASE("nonces are spent once, expire, and the oldest go past the capacity", 
   elasticrun::util::NonceBook brief(std::chrono::seconds(0));
   const std::string e = brief.issue();
   CHECK_FALSE(brief.redeem(e));
+}
+
+TEST_CASE("a flood of nonce requests from one address forgets only that address's", "[auth]") {
+  elasticrun::util::NonceBook book(std::chrono::seconds(30), 4096, 3);
+  const std::string mine = book.issue("10.0.0.1");
+  std::vector<std::string> flood;
+  for (int i = 0; i < 10000; ++i) flood.push_back(book.issue("10.0.0.66"));
+  CHECK(book.redeem(mine));  // untouched by the flood
+  CHECK(elasticrun::util::is_auth_nonce(flood.back()));
+  CHECK_FALSE(elasticrun::util::is_auth_nonce(std::string(64, 'A')));
+  CHECK_FALSE(elasticrun::util::is_auth_nonce(flood.back() + "0"));
+  for (size_t i = 0; i + 3 < flood.size(); ++i) REQUIRE_FALSE(book.redeem(flood[i]));
+  for (size_t i = flood.size() - 3; i < flood.size(); ++i) CHECK(book.redeem(flood[i]));
+  // Spent nonces free their address's room; many addresses still meet the
+  // overall capacity, which forgets the oldest.
+  elasticrun::util::NonceBook small(std::chrono::seconds(30), 4, 2);
+  std::vector<std::string> many;
+  for (int i = 0; i < 8; ++i) many.push_back(small.issue("10.0.1." + std::to_string(i)));
+  for (int i = 0; i < 4; ++i) CHECK_FALSE(small.redeem(many[i]));
+  for (int i = 4; i < 8; ++i) CHECK(small.redeem(many[i]));
+  const std::string x = small.issue("p"), y = small.issue("p");
+  CHECK(small.redeem(x));
+  const std::string z = small.issue("p");  // x was spent: no need to forget y
+  CHECK(small.redeem(y));
+  CHECK(small.redeem(z));
 }

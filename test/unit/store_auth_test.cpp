@@ -121,6 +121,28 @@ TEST_CASE("a client without the secret is refused, told why, and the store serve
   CHECK(good.get("still") == "here");
 }
 
+TEST_CASE("before the handshake the store buffers nothing but an AUTH request", "[auth][server]") {
+  ServerFixture fx(with_secret(kSecret));
+  // The first byte of a SET whose 64 MiB value never comes: refused on it.
+  RawConnection set(fx.port());
+  set.send(std::string(1, static_cast<char>(QueryType::kSet)));
+  CHECK(set.read_u32() == kRefusedWord);
+  CHECK(set.closed_by_server());
+  // After AUTH_HELLO only AUTH_PROOF's first byte is taken, and its field
+  // is bounded before its bytes arrive.
+  RawConnection slow(fx.port());
+  slow.send(hello(std::string(kAuthNonceSize, 'h')));
+  REQUIRE(slow.read_bytes().size() == kAuthNonceSize);
+  std::string f(1, static_cast<char>(QueryType::kAuthProof));
+  const uint64_t huge = 1ull << 30;
+  f.append(reinterpret_cast<const char*>(&huge), sizeof(huge));
+  slow.send(f);
+  CHECK(slow.closed_by_server());
+  CHECK(fx.eventually([](const auto& s) { return s.connections_refused == 1; }));
+  CHECK(fx.eventually([](const auto& s) { return s.connections_dropped == 2; }));
+  CHECK(client_of(fx, kSecret).ping() >= std::chrono::milliseconds(0));
+}
+
 TEST_CASE("a client with another secret is refused by the store, which logs it", "[auth][server]") {
   ServerFixture fx(with_secret(kSecret));
   try {
