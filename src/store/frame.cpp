@@ -17,6 +17,7 @@ std::string_view query_type_name(QueryType t) {
       "QUEUE_PUSH", "QUEUE_POP",  "QUEUE_LEN",   "LIST_KEYS", "BARRIER"};
   if (t == QueryType::kAuthHello) return "AUTH_HELLO";
   if (t == QueryType::kAuthProof) return "AUTH_PROOF";
+  if (t == QueryType::kReplicate) return "REPLICATE";
   auto i = static_cast<size_t>(t);
   return i < std::size(kNames) ? kNames[i] : "UNKNOWN";
 }
@@ -199,6 +200,11 @@ void decode(Cursor& c, QueryType type, size_t available, Request* out) {
         out->values.push_back(std::move(v));
       }
       break;
+    case QueryType::kReplicate:
+      if (std::string v = c.string(kMaxEndpoint, "endpoint"); out) {
+        out->values.push_back(std::move(v));
+      }
+      break;
   }
 }
 
@@ -234,6 +240,8 @@ ParseResult parse_request(std::string_view data, Dialect& dialect, const Limits&
       r.status = ParseStatus::kInvalid;
       return r;
     }
+  } else if (first == static_cast<uint8_t>(QueryType::kReplicate)) {
+    type = QueryType::kReplicate;
   } else {
     if (first > kMaxQueryType) {
       r.status = ParseStatus::kInvalid;

@@ -34,6 +34,8 @@ struct Request {
 
 // The longest field of AUTH_HELLO and AUTH_PROOF (a nonce, a MAC).
 inline constexpr size_t kMaxAuthField = 64;
+// The longest endpoint REPLICATE may name (store/replica.hpp).
+inline constexpr size_t kMaxEndpoint = 256;
 
 enum class ParseStatus { kComplete, kIncomplete, kInvalid };
 

@@ -108,6 +108,8 @@ HandleResult Handler::handle(ClientId client, Request& req, std::string& reply, 
     case QueryType::kAuthHello:
     case QueryType::kAuthProof:
       return fail(std::string(query_type_name(req.type)) + " past the gate");  // AuthGate's
+    case QueryType::kReplicate:
+      return fail("REPLICATE past the server");  // the server's own
   }
   return fail("unhandled query type");
 }

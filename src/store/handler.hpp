@@ -26,6 +26,12 @@ class Handler {
   void disconnect(ClientId client) { state_.cancel_wait(client); }
 
   const State& state() const { return state_; }
+  // The standby's part (store/replica.hpp): the data's changes, recorded
+  // into `journal` while set; the data as changes.
+  void set_journal(std::vector<Change>* journal) { state_.set_journal(journal); }
+  std::vector<Change> snapshot() const { return state_.snapshot(); }
+  // A standby's: applies one change of its primary.
+  void apply(const Change& change) { state_.apply(change); }
 
  private:
   Limits limits_;

@@ -35,6 +35,9 @@ enum class QueryType : uint8_t {
   // connection's first request, makes it speak the modern dialect.
   kAuthHello = 0xA0,
   kAuthProof = 0xA1,
+  // A standby asks for the store's data and its changes (store/replica.hpp);
+  // the connection carries only that stream afterwards. Modern dialect only.
+  kReplicate = 0xA2,
 };
 inline constexpr uint8_t kMaxQueryType = 18;
 

@@ -3,7 +3,9 @@
 #include <netdb.h>
 #include <uv.h>
 
+#include <algorithm>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <unordered_map>
 
@@ -11,6 +13,7 @@
 #include "store/auth.hpp"
 #include "store/frame.hpp"
 #include "store/handler.hpp"
+#include "store/replica.hpp"
 #include "util/logging.hpp"
 
 namespace elasticrun::store {
@@ -47,6 +50,12 @@ struct Connection {
   bool closing = false;
   bool reading = false;
   bool flush_queued = false;
+  // A standby's stream (REPLICATE): records go out, acknowledgements come in.
+  bool standby = false;
+  // Replies waiting for the standby to acknowledge the change number they
+  // follow, in order (store/replica.hpp).
+  std::deque<std::pair<uint64_t, std::string>> held;
+  std::string ack_bytes;  // the standby's: a partial acknowledgement
 };
 
 }  // namespace
@@ -68,6 +77,18 @@ struct ServerCore {
   std::shared_ptr<spdlog::logger> log = util::logger("store");
 
   std::atomic<uint64_t> accepted{0}, open{0}, dropped{0}, refused{0}, requests{0};
+  std::atomic<uint64_t> replicated{0}, standbys_attached{0};
+  std::atomic<bool> has_standby{false};
+
+  // The standby, when one is attached: the changes of every request are
+  // numbered and sent to it, and replies after a change are held until it
+  // acknowledged the change (store/replica.hpp).
+  Connection* standby = nullptr;
+  std::string standby_endpoint;
+  uint64_t seq = 0;    // the last change numbered
+  uint64_t acked = 0;  // the last change the standby applied (== seq without one)
+  std::vector<Change> journal;
+  std::vector<Connection*> holding;  // connections with held replies
   std::atomic<int> stop_signal{0};
 
   explicit ServerCore(ServerOptions o) : options(std::move(o)), handler(options.limits) {}
@@ -96,6 +117,11 @@ struct ServerCore {
   void close(Connection* c) {
     if (c->closing) return;
     c->closing = true;
+    if (c == standby) detach_standby("its connection closed");
+    if (!c->held.empty()) {
+      c->held.clear();
+      holding.erase(std::find(holding.begin(), holding.end(), c));
+    }
     buffered_bytes -= c->partial.size();
     c->partial.clear();
     c->partial.shrink_to_fit();
@@ -108,8 +134,16 @@ struct ServerCore {
     });
   }
 
-  void queue_reply(Connection* c, std::string_view bytes) {
+  // `reads_data`: false for a reply that tells nothing of the data (PING's).
+  void queue_reply(Connection* c, std::string_view bytes, bool reads_data = true) {
     if (c->closing || bytes.empty()) return;
+    if ((reads_data && seq > acked) || !c->held.empty()) {
+      // After a change the standby has not acknowledged: a client must not
+      // see what the standby could lack (nor anything after it, in order).
+      if (c->held.empty()) holding.push_back(c);
+      c->held.emplace_back(seq, std::string(bytes));
+      return;
+    }
     c->out.append(bytes);
     if (!c->flush_queued) {
       c->flush_queued = true;
@@ -205,9 +239,15 @@ struct ServerCore {
         log->debug("connection from {} failed: {}", c->peer, uv_strerror(static_cast<int>(n)));
       // A client that vanishes during a WAIT simply stops waiting.
       close(c);
+      flush_dirty();  // a standby that went released the replies it held
       return;
     }
     std::string_view fresh(buf->base, static_cast<size_t>(n));
+    if (c->standby) {
+      read_acks(c, fresh);
+      flush_dirty();
+      return;
+    }
     if (c->partial.empty()) {
       size_t used = process(c, fresh);
       if (!c->closing && used < fresh.size()) keep_partial(c, fresh.substr(used));
@@ -279,16 +319,112 @@ struct ServerCore {
         refuse(c, reply, why);
         break;
       }
+      if (req.type == QueryType::kReplicate) {
+        attach_standby(c, req.values[0]);
+        if (c->standby) read_acks(c, data.substr(used));
+        return data.size();
+      }
       woken.clear();
       HandleResult h = handler.handle(c->id, req, reply, woken);
       if (!h.ok) {
         drop(c, h.error);
         break;
       }
-      queue_reply(c, reply);
+      replicate_journal();
+      queue_reply(c, reply, req.type != QueryType::kPing);
       wake(woken);
     }
     return used;
+  }
+
+  // --- the standby (store/replica.hpp) ---
+
+  void attach_standby(Connection* c, const std::string& endpoint) {
+    if (standby) {
+      drop(c, "a second standby (at " + endpoint + "); this store has one at " + standby_endpoint);
+      return;
+    }
+    c->standby = true;
+    standby = c;
+    standby_endpoint = endpoint;
+    has_standby = true;
+    standbys_attached.fetch_add(1, std::memory_order_relaxed);
+    std::string records;
+    const std::vector<Change> snapshot = handler.snapshot();
+    for (const Change& ch : snapshot) write_change(records, ++seq, ch);
+    write_synced(records, seq);
+    handler.set_journal(&journal);
+    log->info("standby {} (client {} from {}) attached: {} changes to copy", endpoint, c->id,
+              c->peer, snapshot.size());
+    send_to_standby(records);
+  }
+
+  void detach_standby(const std::string& why) {
+    log->warn("standby {} detached ({}): serving without one", standby_endpoint, why);
+    standby = nullptr;
+    has_standby = false;
+    handler.set_journal(nullptr);
+    journal.clear();
+    acked = seq;
+    release_held();
+  }
+
+  // The journal of the request just handled, numbered, to the standby.
+  void replicate_journal() {
+    if (journal.empty()) return;
+    std::string records;
+    for (const Change& ch : journal) write_change(records, ++seq, ch);
+    replicated.fetch_add(journal.size(), std::memory_order_relaxed);
+    journal.clear();
+    send_to_standby(records);
+  }
+
+  void send_to_standby(std::string_view records) {
+    Connection* s = standby;
+    s->out.append(records);
+    if (s->in_flight + s->out.size() > options.max_pending_reply_bytes) {
+      drop(s, "the standby fell " + std::to_string(s->in_flight + s->out.size()) + " bytes behind");
+      return;
+    }
+    if (!s->flush_queued) {
+      s->flush_queued = true;
+      dirty.push_back(s);
+    }
+  }
+
+  void read_acks(Connection* c, std::string_view data) {
+    std::string& in = c->ack_bytes;
+    in.append(data);  // at most kAckSize - 1 bytes stay
+    size_t at = 0;
+    uint64_t ack = acked;
+    for (; in.size() - at >= kAckSize; at += kAckSize) std::memcpy(&ack, in.data() + at, kAckSize);
+    in.erase(0, at);
+    if (ack > seq || ack < acked) {
+      drop(c, "the standby acknowledged change " + std::to_string(ack) + " of " +
+                  std::to_string(seq) + " (last acknowledged " + std::to_string(acked) + ")");
+      return;
+    }
+    if (ack == acked) return;
+    acked = ack;
+    release_held();
+  }
+
+  // Moves every held reply the standby's acknowledgements cover to its
+  // connection's queue.
+  void release_held() {
+    size_t kept = 0;
+    for (Connection* c : holding) {
+      while (!c->held.empty() && c->held.front().first <= acked) {
+        c->out.append(c->held.front().second);
+        c->held.pop_front();
+      }
+      if (!c->out.empty() && !c->flush_queued) {
+        c->flush_queued = true;
+        dirty.push_back(c);
+      }
+      if (!c->held.empty()) holding[kept++] = c;
+    }
+    holding.resize(kept);
   }
 
   std::vector<ClientId> woken;
@@ -475,8 +611,9 @@ void Server::stop() {
 
 ServerStats Server::stats() const {
   const ServerCore& c = impl_->core;
-  return ServerStats{c.accepted.load(), c.open.load(), c.dropped.load(), c.refused.load(),
-                     c.requests.load()};
+  return ServerStats{c.accepted.load(),          c.open.load(),      c.dropped.load(),
+                     c.refused.load(),           c.requests.load(),  c.has_standby.load(),
+                     c.standbys_attached.load(), c.replicated.load()};
 }
 
 int Server::stop_signal() const {

@@ -44,6 +44,11 @@ struct ServerStats {
   uint64_t connections_dropped = 0;  // closed by the server for bad input (refused ones too)
   uint64_t connections_refused = 0;  // of those, failed or skipped the handshake
   uint64_t requests = 0;
+  // The standby (store/replica.hpp): one attached now; how many ever did;
+  // changes sent to them.
+  bool has_standby = false;
+  uint64_t standbys_attached = 0;
+  uint64_t changes_replicated = 0;
 };
 
 class Server {

@@ -27,6 +27,7 @@ const std::string* State::get(const std::string& key) const {
 
 void State::set(const std::string& key, std::string value, Wakeups& woken) {
   kv_[key] = std::move(value);
+  note_put(key);
   wake_all(key, woken);
 }
 
@@ -38,13 +39,17 @@ std::string State::compare_set(const std::string& key, const std::string& expect
     if (expected.empty()) {
       result = desired;
       kv_.emplace(key, std::move(desired));
+      note_put(key);
     } else {
       // TCPStore answers an absent key with the caller's expected value; the
       // rendezvous code of torch.distributed.elastic relies on that.
       result = expected;
     }
   } else {
-    if (it->second == expected) it->second = std::move(desired);
+    if (it->second == expected) {
+      it->second = std::move(desired);
+      note_put(key);
+    }
     result = it->second;
   }
   wake_all(key, woken);
@@ -62,17 +67,21 @@ std::optional<int64_t> State::add(const std::string& key, int64_t delta, Wakeups
   int64_t sum = 0;
   if (__builtin_add_overflow(current, delta, &sum)) return std::nullopt;
   kv_[key] = std::to_string(sum);
+  note_put(key);
   wake_all(key, woken);
   return sum;
 }
 
 void State::append(const std::string& key, const std::string& value, Wakeups& woken) {
   kv_[key].append(value);
+  note_put(key);
   wake_all(key, woken);
 }
 
 bool State::erase(const std::string& key) {
-  return kv_.erase(key) != 0;
+  if (kv_.erase(key) == 0) return false;
+  note(Change::Kind::kErase, key);
+  return true;
 }
 
 std::vector<std::string> State::list_keys() const {
@@ -174,6 +183,7 @@ void State::wake_one(const std::string& key, Wakeups& woken) {
 }
 
 void State::queue_push(const std::string& key, std::string value, Wakeups& woken) {
+  if (journal_) note(Change::Kind::kQueuePush, key, value);
   queues_[key].push_back(std::move(value));
   wake_one(key, woken);
 }
@@ -184,6 +194,7 @@ std::pair<int64_t, std::string> State::queue_pop(const std::string& key) {
   auto len = static_cast<int64_t>(it->second.size());
   std::string head = std::move(it->second.front());
   it->second.pop_front();
+  note(Change::Kind::kQueuePop, key);
   // Unlike TCPStore, forget drained queues so that popping unique names
   // cannot grow memory forever.
   if (it->second.empty()) queues_.erase(it);
@@ -205,6 +216,7 @@ std::optional<bool> State::barrier(ClientId client, const std::string& key, int6
     count = *parsed + 1;
   }
   kv_[key] = std::to_string(count);
+  note_put(key);
   if (count >= world_size) {
     wake_all(key, woken);
     return true;
@@ -213,6 +225,40 @@ std::optional<bool> State::barrier(ClientId client, const std::string& key, int6
   waiters_[key].emplace_back(client, 1);
   waits_.emplace(client, Wait{1, {key}});
   return false;
+}
+
+void State::note(Change::Kind kind, const std::string& key, std::string value) {
+  if (journal_) journal_->push_back(Change{kind, key, std::move(value)});
+}
+
+std::vector<Change> State::snapshot() const {
+  std::vector<Change> out;
+  out.reserve(kv_.size() + queues_.size());
+  for (const auto& [k, v] : kv_) out.push_back(Change{Change::Kind::kPut, k, v});
+  for (const auto& [k, q] : queues_) {
+    for (const auto& v : q) out.push_back(Change{Change::Kind::kQueuePush, k, v});
+  }
+  return out;
+}
+
+void State::apply(const Change& c) {
+  // Noted as any change, so a standby could pass them on in turn.
+  switch (c.kind) {
+    case Change::Kind::kPut:
+      kv_[c.key] = c.value;
+      note_put(c.key);
+      break;
+    case Change::Kind::kErase:
+      (void)erase(c.key);
+      break;
+    case Change::Kind::kQueuePush:
+      note(c.kind, c.key, c.value);
+      queues_[c.key].push_back(c.value);
+      break;
+    case Change::Kind::kQueuePop:
+      (void)queue_pop(c.key);
+      break;
+  }
 }
 
 }  // namespace elasticrun::store

@@ -18,6 +18,17 @@ namespace elasticrun::store {
 using ClientId = uint64_t;
 using Wakeups = std::vector<ClientId>;
 
+// One change to the data, as a standby applies it (store/replica.hpp): the
+// key's whole new value, its removal, a queue's new tail, a queue's pop.
+// Waits are a connection's, not data: they are not changes.
+struct Change {
+  enum class Kind : uint8_t { kPut = 1, kErase = 2, kQueuePush = 3, kQueuePop = 4 };
+  Kind kind = Kind::kPut;
+  std::string key;
+  std::string value;  // kPut, kQueuePush
+  bool operator==(const Change&) const = default;
+};
+
 class State {
  public:
   // nullptr when absent.
@@ -52,6 +63,16 @@ class State {
   std::pair<int64_t, std::string> queue_pop(const std::string& key);
   int64_t queue_len(const std::string& key) const;
 
+  // While set, every change to the data is appended to `journal` (which
+  // must outlive it): what a primary sends its standby. Null stops it.
+  void set_journal(std::vector<Change>* journal) { journal_ = journal; }
+  // The data as changes that rebuild it in an empty State.
+  std::vector<Change> snapshot() const;
+  // A standby's: applies a change of its primary (no waiters to wake: a
+  // standby serves no client).
+  void apply(const Change& change);
+  bool operator==(const State& other) const { return kv_ == other.kv_ && queues_ == other.queues_; }
+
   // Arrival at a barrier: the counter under key (decimal text) goes up by one.
   // Returns true when count >= world_size (earlier arrivals are woken);
   // otherwise the client now waits on key. nullopt if the key holds a non-integer.
@@ -70,6 +91,11 @@ class State {
   void wake_one(const std::string& key, Wakeups& woken);
   // Marks one key of client's wait as arrived (with multiplicity count).
   bool arrive(ClientId client, size_t count, const std::string& key);
+  // Journal entries (no-ops without a journal).
+  void note(Change::Kind kind, const std::string& key, std::string value = {});
+  void note_put(const std::string& key) {
+    if (journal_) note(Change::Kind::kPut, key, kv_[key]);
+  }
 
   std::unordered_map<std::string, std::string> kv_;
   std::unordered_map<std::string, std::deque<std::string>> queues_;
@@ -77,6 +103,7 @@ class State {
   // key appears in that client's WAIT.
   std::unordered_map<std::string, std::vector<std::pair<ClientId, size_t>>> waiters_;
   std::unordered_map<ClientId, Wait> waits_;
+  std::vector<Change>* journal_ = nullptr;
 };
 
 // Parses the decimal text TCPStore keeps for ADD and BARRIER counters, with

@@ -199,6 +199,12 @@ std::string encode_fields(const Request& req) {
                  req.values[0].size());
       w.bytes(req.values[0]);
       break;
+    case QueryType::kReplicate:
+      shape(0, 1);
+      FUZZ_CHECK(req.values[0].size() <= kMaxEndpoint, "endpoint of %zu bytes",
+                 req.values[0].size());
+      w.bytes(req.values[0]);
+      break;
     default:
       FUZZ_CHECK(false, "decoded query type %u", static_cast<unsigned>(req.type));
   }
@@ -351,6 +357,10 @@ class Server {
         FUZZ_CHECK(decoded.type != QueryType::kAuthHello && decoded.type != QueryType::kAuthProof,
                    "the open gate passed %s", std::string(query_type_name(decoded.type)).c_str());
         break;
+    }
+    if (decoded.type == QueryType::kReplicate) {  // the server's: a standby's stream follows
+      dead_ = true;
+      return;
     }
     Request req = decoded;  // handle() moves values out
     if (req.type == QueryType::kPing) client_ = 1 + req.word % kClients;
