@@ -31,31 +31,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report_sections import cpu_model, source_state, write_section  # noqa: E402
+from store_process import StoreProcess  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-class Store:
-    """`elasticctl store` on 127.0.0.1, a free port; with a secret or not."""
-
-    def __init__(self, elasticctl: str, secret: Path | None):
-        args = [elasticctl, "store", "--host", "127.0.0.1", "--port", "0"]
-        if secret:
-            args += ["--secret-file", str(secret)]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True)
-        line = self.proc.stdout.readline()
-        if "listening on" not in line:
-            self.proc.kill()
-            raise SystemExit(f"elasticctl store did not start: {line!r}")
-        self.port = line.rsplit(":", 1)[1].strip()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.proc.terminate()
-        self.proc.wait(30)
+def secret_flags(secret: Path | None) -> list[str]:
+    return ["--secret-file", str(secret)] if secret else []
 
 
 def loadgen(args, port: str, secret: Path | None, *extra: str) -> str:
@@ -66,7 +48,7 @@ def loadgen(args, port: str, secret: Path | None, *extra: str) -> str:
 
 
 def throughput(args, secret: Path | None) -> float:
-    with Store(args.elasticctl, secret) as store:
+    with StoreProcess(args.elasticctl, *secret_flags(secret)) as store:
         out = subprocess.run(loadgen(args, store.port, secret, "--clients", "16", "--seconds",
                                      str(args.seconds), "--warmup", "0.5"),
                              capture_output=True, text=True, check=True).stdout
@@ -77,7 +59,7 @@ def throughput(args, secret: Path | None) -> float:
 
 
 def setup_seconds(args, secret: Path | None) -> float:
-    with Store(args.elasticctl, secret) as store:
+    with StoreProcess(args.elasticctl, *secret_flags(secret)) as store:
         p = subprocess.Popen(loadgen(args, store.port, secret, "--idle", "1000"),
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         line = p.stdout.readline()

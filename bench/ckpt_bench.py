@@ -54,6 +54,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report_sections import cpu_model, source_state, write_section  # noqa: E402
+from store_process import StoreProcess  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 GB = 1e9
@@ -223,25 +224,8 @@ def evict(directory: Path) -> int:
     return sum(int(x) for x in out.split())
 
 
-class Store:
-    """An `elasticctl store` on 127.0.0.1 for the probes' barriers."""
-
-    def __init__(self, elasticctl: str):
-        self.proc = subprocess.Popen([elasticctl, "--log-level", "warn", "store", "--host",
-                                      "127.0.0.1", "--port", "0"], stdout=subprocess.PIPE,
-                                     text=True)
-        line = self.proc.stdout.readline()
-        if "listening on " not in line:
-            raise BenchError(f"elasticctl store did not start: {line!r}")
-        self.endpoint = line.split("listening on ", 1)[1].split()[0]
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
-
-
 class Bench:
-    def __init__(self, args: argparse.Namespace, spec_path: Path, state_bytes: int, store: Store):
+    def __init__(self, args: argparse.Namespace, spec_path: Path, state_bytes: int, store: StoreProcess):
         self.a, self.spec, self.state_bytes, self.store = args, spec_path, state_bytes, store
         self.env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT / "python"))
         self.res: dict[str, list[float]] = {}

@@ -23,11 +23,16 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "elasticrun/errors.hpp"
 
 namespace elasticrun {
+
+namespace store {
+class StandbyFollower;
+}
 
 struct StoreClientOptions {
   // How long connect() keeps retrying a store that refuses or does not answer.
@@ -40,6 +45,13 @@ struct StoreClientOptions {
   // connect() then proves it holds it, and that the store does, before
   // anything else (docs/protocol.md, "Authentication"). Empty: none.
   std::string secret;
+  // Endpoints that serve the store once its host is lost (its standby,
+  // docs/protocol.md "Standby"). With any, connect() tries each in turn
+  // until one serves; a connection that breaks is replaced by one to
+  // whichever serves then, and the call repeated where asking twice gives
+  // what asking once does (add, append, queue_push, queue_pop and barrier
+  // throw NetworkError instead: whether they took effect is unknown).
+  std::vector<std::pair<std::string, uint16_t>> standbys = {};
 };
 
 class StoreClient {
@@ -113,6 +125,7 @@ class StoreClient {
   const std::string& endpoint() const;
 
  private:
+  friend class store::StandbyFollower;  // takes over a connection for its stream
   struct Impl;
   explicit StoreClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

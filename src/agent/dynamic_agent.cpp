@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <functional>
 #include <thread>
 
 #include "agent/addresses.hpp"
@@ -12,6 +13,7 @@
 #include "agent/memory_replicator.hpp"
 #include "agent/pid1_signals.hpp"
 #include "agent/round.hpp"
+#include "agent/store_standby.hpp"
 #include "control/control_block.hpp"
 #include "elasticrun/errors.hpp"
 #include "events/types.hpp"
@@ -27,6 +29,23 @@ namespace {
 using rendezvous::EndKind;
 using rendezvous::EndRecord;
 
+// A node started on the lost store's host (its replacement) finds the
+// standby serving: the store moved there for good.
+bool standby_took_over(const rendezvous::RendezvousConfig& r) {
+  if (r.standby_host.empty()) return false;
+  rendezvous::RendezvousConfig alone = r;
+  alone.store_host = r.standby_host;
+  alone.store_port = r.standby_port;
+  alone.standby_host.clear();
+  try {
+    (void)rendezvous::connect_store(alone, std::chrono::milliseconds(500),
+                                    std::chrono::milliseconds(500));
+    return true;
+  } catch (const Error&) {
+    return false;  // not up, or still a standby (it says so and closes)
+  }
+}
+
 // The rendezvous store: hosted here when the endpoint is this machine and
 // nobody on it serves the port yet; otherwise we are a client.
 std::unique_ptr<EmbeddedStore> maybe_host_store(const AgentConfig& c) {
@@ -34,6 +53,12 @@ std::unique_ptr<EmbeddedStore> maybe_host_store(const AgentConfig& c) {
   const auto& r = c.rdzv;
   if (c.host_store == AgentConfig::HostStore::kNo) return nullptr;
   if (c.host_store == AgentConfig::HostStore::kAuto && !is_local_address(r.store_host)) {
+    return nullptr;
+  }
+  if (standby_took_over(r)) {
+    // A fresh store here would be a second one, empty: the job is there.
+    log->info("the rendezvous store's standby on {}:{} serves the job (it took over): joining it",
+              r.standby_host, r.standby_port);
     return nullptr;
   }
   try {
@@ -44,6 +69,21 @@ std::unique_ptr<EmbeddedStore> maybe_host_store(const AgentConfig& c) {
     if (c.host_store == AgentConfig::HostStore::kYes) throw;
     // Another agent (or elasticctl store) on this machine got there first.
     log->info("not hosting the rendezvous store: {}; joining it as a client", e.what());
+    return nullptr;
+  }
+}
+
+// The store's standby (--rdzv-conf standby_endpoint): served here when its
+// host is this machine, this agent does not host the store itself, and no
+// other agent here serves it yet.
+std::unique_ptr<StoreStandby> maybe_host_standby(const AgentConfig& c) {
+  const auto& r = c.rdzv;
+  if (r.standby_host.empty() || c.host_store == AgentConfig::HostStore::kNo) return nullptr;
+  if (!is_local_address(r.standby_host)) return nullptr;
+  try {
+    return std::make_unique<StoreStandby>(r);
+  } catch (const NetworkError& e) {
+    util::logger("agent")->info("not serving the store's standby: {}", e.what());
     return nullptr;
   }
 }
@@ -62,6 +102,7 @@ class DynamicAgent {
   int run() {
     rdzv_store_ = maybe_host_store(config_);
     if (rdzv_store_) rc_.store_port = rdzv_store_->port();
+    if (!rdzv_store_) standby_ = maybe_host_standby(config_);
     if (!config_.host_discovery.script.empty()) {
       discovery_ = std::make_unique<HostDiscovery>(config_.host_discovery);
       rc_.hosts = discovery_.get();
@@ -441,20 +482,22 @@ class DynamicAgent {
   // they have read it; when this node leaves early (a signal), the others
   // keep their store and the job goes on. A second signal (default action,
   // the agent's handlers are gone) or SIGKILL ends it at once.
+  // The same for a standby that took over (it is the store now).
   void linger_while_store_in_use() {
-    if (!rdzv_store_) return;
+    std::function<uint64_t()> open;
+    if (rdzv_store_) open = [this] { return rdzv_store_->open_connections(); };
+    if (standby_ && standby_->serving()) open = [this] { return standby_->open_connections(); };
+    if (!open) return;
     heartbeat_.reset();
     rdzv_.reset();
     replica_store_.reset();
-    if (rdzv_store_->open_connections() > 0) {
+    if (open() > 0) {
       log_->info(
           "this node hosts the rendezvous store: serving it until the other {} "
           "connection(s) close",
-          rdzv_store_->open_connections());
+          open());
     }
-    while (rdzv_store_->open_connections() > 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    while (open() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 
   const AgentConfig& config_;
@@ -463,7 +506,8 @@ class DynamicAgent {
   std::unique_ptr<HostDiscovery> discovery_;
   rendezvous::RendezvousConfig rc_;
   std::unique_ptr<EmbeddedStore> rdzv_store_;
-  rendezvous::BeatProgress beat_;  // written by the rounds' loops, read by the heartbeat
+  std::unique_ptr<StoreStandby> standby_;  // the store's standby, when served here
+  rendezvous::BeatProgress beat_;          // written by the rounds' loops, read by the heartbeat
   std::unique_ptr<rendezvous::Heartbeat> heartbeat_;
   std::unique_ptr<rendezvous::Rendezvous> rdzv_;  // this thread's
   std::unique_ptr<Round::Courier> courier_;       // store errands of the rounds' loops

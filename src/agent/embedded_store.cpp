@@ -4,9 +4,11 @@
 
 namespace elasticrun::agent {
 
-EmbeddedStore::EmbeddedStore(const std::string& host, int port, const std::string& secret) {
+EmbeddedStore::EmbeddedStore(const std::string& host, int port, const std::string& secret,
+                             bool standby) {
   store::ServerOptions options;
   options.secret = secret;
+  options.standby = standby;
   options.host = host;
   options.port = static_cast<uint16_t>(port);
   server_ = std::make_unique<store::Server>(options);

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "store/server.hpp"
 
@@ -12,9 +13,10 @@ namespace elasticrun::agent {
 class EmbeddedStore {
  public:
   // Binds host:port (0: a free port) and starts serving; with a `secret`,
-  // only to clients that prove they hold it (store/auth.hpp). Throws
-  // NetworkError.
-  EmbeddedStore(const std::string& host, int port, const std::string& secret = {});
+  // only to clients that prove they hold it (store/auth.hpp). A `standby`
+  // serves nobody until promote() (store/replica.hpp). Throws NetworkError.
+  EmbeddedStore(const std::string& host, int port, const std::string& secret = {},
+                bool standby = false);
   ~EmbeddedStore();  // stops the loop and joins the thread
   EmbeddedStore(const EmbeddedStore&) = delete;
   EmbeddedStore& operator=(const EmbeddedStore&) = delete;
@@ -24,6 +26,9 @@ class EmbeddedStore {
   uint64_t open_connections() const { return server_->stats().connections_open; }
   // Asks the store to stop without waiting for it; the destructor joins.
   void request_stop() { server_->stop(); }
+  // A standby takes over with its primary's data (store::Server::promote).
+  void promote(std::vector<store::Change> data) { server_->promote(std::move(data)); }
+  bool serving() const { return server_->serving(); }
 
  private:
   std::unique_ptr<store::Server> server_;

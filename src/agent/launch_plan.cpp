@@ -124,7 +124,7 @@ const std::set<std::string> kRdzvConfKeys = {
     "join_timeout",       "last_call_timeout", "close_timeout",       "timeout",
     "read_timeout",       "is_host",           "keep_alive_interval", "keep_alive_max_attempt",
     "heartbeat_interval", "missed_heartbeats", "rejoin_timeout",      "use_libuv",
-    "secret_file"};
+    "secret_file",        "standby_endpoint"};
 
 AgentConfig::HostStore host_store(const std::map<std::string, std::string>& conf) {
   auto it = conf.find("is_host");
@@ -145,7 +145,7 @@ void plan_dynamic(const cli::LaunchConfig& c, AgentConfig& a) {
                         ": unknown key for the c10d backend (known: join_timeout, "
                         "last_call_timeout, keep_alive_interval, keep_alive_max_attempt, "
                         "heartbeat_interval, missed_heartbeats, rejoin_timeout, is_host, "
-                        "read_timeout, secret_file)");
+                        "read_timeout, secret_file, standby_endpoint)");
     }
   }
   const cli::HostPort ep = cli::parse_endpoint("--rdzv-endpoint", c.rdzv_endpoint, 29400);
@@ -175,6 +175,19 @@ void plan_dynamic(const cli::LaunchConfig& c, AgentConfig& a) {
   if (auto it = conf.find("secret_file"); it != conf.end()) secret_file = it->second;
   r.secret = util::job_secret(secret_file, "--rdzv-conf secret_file").value_or("");
   a.host_store = host_store(conf);
+  if (auto it = conf.find("standby_endpoint"); it != conf.end()) {
+    // Where the store's standby serves: fixed in advance, so that every
+    // agent knows where to go when the store's host is lost.
+    const cli::HostPort sb = cli::parse_endpoint("--rdzv-conf standby_endpoint", it->second, -1);
+    if (sb.port == 0)
+      throw ConfigError("--rdzv-conf standby_endpoint=" + it->second + ": give a port");
+    if (sb.host == r.store_host && sb.port == r.store_port) {
+      throw ConfigError("--rdzv-conf standby_endpoint=" + it->second +
+                        " is the rendezvous endpoint itself: give another host or port");
+    }
+    r.standby_host = sb.host;
+    r.standby_port = sb.port;
+  }
   const cli::ElasticOptions& e = c.elastic;
   a.policy.min_replicas = e.min_replicas;
   a.policy.max_replicas = e.max_replicas;

@@ -35,6 +35,9 @@ StoreClient connect_store(const RendezvousConfig& c, Millis connect_timeout, Mil
   o.connect_timeout = connect_timeout;
   o.timeout = timeout;
   o.secret = c.secret;
+  if (!c.standby_host.empty()) {
+    o.standbys.emplace_back(c.standby_host, static_cast<uint16_t>(c.standby_port));
+  }
   return StoreClient::connect(c.store_host, static_cast<uint16_t>(c.store_port), o);
 }
 

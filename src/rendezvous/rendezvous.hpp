@@ -89,10 +89,17 @@ struct RendezvousConfig {
   // every connection when it was started with one; empty: none. Never
   // logged.
   std::string secret;
+  // The rendezvous store's standby (--rdzv-conf standby_endpoint; docs/
+  // protocol.md, "Standby"): an agent on that host serves it, kept equal
+  // to the store, and takes over when the store's host is lost; every
+  // connection moves to it then. Empty: none.
+  std::string standby_host;
+  int standby_port = 0;
 };
 
 // A connection of this agent to the rendezvous store, under the job's key
-// prefix and with its secret; `timeout` bounds every call on it.
+// prefix and with its secret, moving to the store's standby when there is
+// one and the store's host is lost; `timeout` bounds every call on it.
 StoreClient connect_store(const RendezvousConfig& c, Millis connect_timeout, Millis timeout);
 
 // One node's place in a closed round.

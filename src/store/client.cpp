@@ -1,11 +1,15 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "elasticrun/store_client.hpp"
 #include "store/auth.hpp"
 #include "store/frame.hpp"
+#include "store/replica.hpp"
+#include "store/standby.hpp"
 #include "util/hmac.hpp"
 #include "util/logging.hpp"
 #include "util/socket.hpp"
@@ -17,11 +21,75 @@ using store::QueryType;
 using store::RequestWriter;
 using util::Deadline;
 
+// How long one endpoint is tried when the store has standbys.
+constexpr std::chrono::milliseconds kEndpointTry{1000};
+
 struct StoreClient::Impl {
   util::Socket sock;
   std::string endpoint;
   StoreClientOptions options;
   bool broken = false;  // the stream is out of sync: refuse further calls
+  // The store's own endpoint, then its standbys'; `current` serves now.
+  std::vector<std::pair<std::string, uint16_t>> endpoints;
+  size_t current = 0;
+
+  static void open(Impl* impl, const std::string& host, uint16_t port, Deadline dl);
+
+  // Connects to whichever endpoint serves, starting with the current one;
+  // with standbys each is tried briefly in turn until `dl`.
+  void reconnect(Deadline dl) {
+    if (endpoints.size() == 1) {
+      open(this, endpoints[0].first, endpoints[0].second, dl);
+      return;
+    }
+    std::string errors;
+    for (size_t n = 0;; ++n) {
+      const size_t i = (current + n) % endpoints.size();
+      const Deadline one = Deadline::after(std::min<Duration>(dl.remaining(), kEndpointTry));
+      try {
+        open(this, endpoints[i].first, endpoints[i].second, one);
+        current = i;
+        return;
+      } catch (const ConfigError&) {
+        throw;  // the secrets differ: another endpoint would not change that
+      } catch (const Error& e) {
+        if (n < endpoints.size()) errors += std::string(errors.empty() ? "" : "; ") + e.what();
+      }
+      if (dl.expired()) {
+        throw NetworkError("store: neither it nor a standby serves (" + errors + ")");
+      }
+      if (i + 1 == endpoints.size()) std::this_thread::sleep_for(kEndpointTry / 10);
+    }
+  }
+
+  // The connection is closed by the peer (an idle client has nothing to
+  // read: anything readable is the end).
+  bool gone() {
+    if (!sock.valid()) return true;
+    auto r = sock.wait_readable(Deadline::after(Duration(0)));
+    return !r.is_ok() || r.value();
+  }
+
+  // Runs one call. With standbys, a connection found closed is replaced
+  // before the call, and a call whose connection breaks is repeated on the
+  // endpoint that serves now when `repeatable` (asking twice gives what
+  // asking once does); otherwise it throws NetworkError saying the store
+  // moved and that whether it took effect is unknown.
+  template <typename F>
+  auto call(bool repeatable, const char* what, F&& f) -> decltype(f()) {
+    if (endpoints.size() == 1) return f();
+    if (broken || gone()) reconnect(Deadline::after(options.connect_timeout));
+    try {
+      return f();
+    } catch (const NetworkError& e) {
+      reconnect(Deadline::after(options.connect_timeout));
+      if (!repeatable) {
+        throw NetworkError(std::string(e.what()) + "; the store now serves at " + endpoint +
+                           ", and whether this " + what + " took effect is unknown");
+      }
+      return f();
+    }
+  }
 
   Deadline deadline(Duration timeout) const {
     return Deadline::after(timeout == kDefault ? options.timeout : timeout);
@@ -169,16 +237,16 @@ const std::string& StoreClient::endpoint() const {
   return impl_->endpoint;
 }
 
-StoreClient StoreClient::connect(const std::string& host, uint16_t port,
-                                 StoreClientOptions options) {
+// Connects to one endpoint of the store and validates the protocol, after
+// the job secret's handshake when there is one; on success `impl` holds the
+// connection. Throws as StoreClient::connect.
+void StoreClient::Impl::open(Impl* impl, const std::string& host, uint16_t port, Deadline dl) {
   const std::string endpoint = util::format_endpoint(host, port);
-  Deadline dl = Deadline::after(options.connect_timeout);
   auto sock = util::Socket::connect(host, port, dl);
   if (!sock.is_ok()) throw NetworkError("store " + endpoint + ": " + sock.status().message());
-  auto impl = std::make_unique<Impl>();
   impl->sock = std::move(sock).value();
   impl->endpoint = endpoint;
-  impl->options = std::move(options);
+  impl->broken = false;
   Deadline hs = Deadline::after(std::min<Duration>(dl.remaining(), std::chrono::seconds(30)));
   const bool secret = !impl->options.secret.empty();
   std::string frame;
@@ -240,186 +308,248 @@ StoreClient StoreClient::connect(const std::string& host, uint16_t port,
                       " asks for the job's secret, and this client has none: name its file "
                       "with ELASTICRUN_SECRET_FILE (or --rdzv-conf secret_file=PATH)");
   }
+  if (echoed == store::kStandbyWord) {
+    impl->sock.close();
+    throw NetworkError("store " + endpoint +
+                       " is a standby: it serves no client until its primary is lost");
+  }
   if (echoed != nonce) {
     throw StoreError("store " + endpoint + ": handshake: PING answered with " +
                      std::to_string(echoed) + " instead of " + std::to_string(nonce) +
                      "; not a TCPStore of PyTorch >= 2.5 or elasticrun?");
   }
+}
+
+StoreClient StoreClient::connect(const std::string& host, uint16_t port,
+                                 StoreClientOptions options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = std::move(options);
+  impl->endpoints.emplace_back(host, port);
+  for (const auto& s : impl->options.standbys) impl->endpoints.push_back(s);
+  impl->endpoint = util::format_endpoint(host, port);
+  impl->reconnect(Deadline::after(impl->options.connect_timeout));
   return StoreClient(std::move(impl));
 }
 
 void StoreClient::set(std::string_view key, std::string_view value, Duration timeout) {
-  std::string frame;
-  RequestWriter(frame).type(QueryType::kSet).bytes(impl_->wire_key(key)).bytes(value);
-  impl_->send(frame, impl_->deadline(timeout), "set " + util::quote(key));
+  return impl_->call(true, "set", [&] {
+    std::string frame;
+    RequestWriter(frame).type(QueryType::kSet).bytes(impl_->wire_key(key)).bytes(value);
+    impl_->send(frame, impl_->deadline(timeout), "set " + util::quote(key));
+  });
 }
 
 std::string StoreClient::get(std::string_view key, Duration timeout) {
-  const std::string what = "get " + util::quote(key);
-  Deadline dl = impl_->deadline(timeout);
-  impl_->wait_keys({std::string(key)}, dl, what);
-  return impl_->get(key, dl, what);
+  return impl_->call(true, "get", [&] {
+    const std::string what = "get " + util::quote(key);
+    Deadline dl = impl_->deadline(timeout);
+    impl_->wait_keys({std::string(key)}, dl, what);
+    return impl_->get(key, dl, what);
+  });
 }
 
 std::string StoreClient::get_present(std::string_view key, Duration timeout) {
-  return impl_->get(key, impl_->deadline(timeout), "get " + util::quote(key));
+  return impl_->call(true, "get_present", [&] {
+    return impl_->get(key, impl_->deadline(timeout), "get " + util::quote(key));
+  });
 }
 
 int64_t StoreClient::add(std::string_view key, int64_t delta, Duration timeout) {
-  const std::string what = "add " + util::quote(key);
-  Deadline dl = impl_->deadline(timeout);
-  std::string frame;
-  RequestWriter(frame).type(QueryType::kAdd).bytes(impl_->wire_key(key)).i64(delta);
-  impl_->send(frame, dl, what);
-  return impl_->read_fixed<int64_t>(dl, what);
+  return impl_->call(false, "add", [&] {
+    const std::string what = "add " + util::quote(key);
+    Deadline dl = impl_->deadline(timeout);
+    std::string frame;
+    RequestWriter(frame).type(QueryType::kAdd).bytes(impl_->wire_key(key)).i64(delta);
+    impl_->send(frame, dl, what);
+    return impl_->read_fixed<int64_t>(dl, what);
+  });
 }
 
 std::string StoreClient::compare_set(std::string_view key, std::string_view expected,
                                      std::string_view desired, Duration timeout) {
-  const std::string what = "compare_set " + util::quote(key);
-  Deadline dl = impl_->deadline(timeout);
-  std::string frame;
-  RequestWriter(frame)
-      .type(QueryType::kCompareSet)
-      .bytes(impl_->wire_key(key))
-      .bytes(expected)
-      .bytes(desired);
-  impl_->send(frame, dl, what);
-  return impl_->read_bytes(dl, what);
+  return impl_->call(true, "compare_set", [&] {
+    const std::string what = "compare_set " + util::quote(key);
+    Deadline dl = impl_->deadline(timeout);
+    std::string frame;
+    RequestWriter(frame)
+        .type(QueryType::kCompareSet)
+        .bytes(impl_->wire_key(key))
+        .bytes(expected)
+        .bytes(desired);
+    impl_->send(frame, dl, what);
+    return impl_->read_bytes(dl, what);
+  });
 }
 
 bool StoreClient::check(const std::vector<std::string>& keys, Duration timeout) {
-  const std::string what = "check " + describe_keys(keys);
-  Deadline dl = impl_->deadline(timeout);
-  std::string frame;
-  RequestWriter w(frame);
-  w.type(QueryType::kCheck).u64(keys.size());
-  for (const auto& k : keys) w.bytes(impl_->wire_key(k));
-  impl_->send(frame, dl, what);
-  auto b = impl_->read_fixed<uint8_t>(dl, what);
-  if (b == static_cast<uint8_t>(store::CheckResponse::kReady)) return true;
-  if (b == static_cast<uint8_t>(store::CheckResponse::kNotReady)) return false;
-  impl_->protocol_error(what, b);
+  return impl_->call(true, "check", [&] {
+    const std::string what = "check " + describe_keys(keys);
+    Deadline dl = impl_->deadline(timeout);
+    std::string frame;
+    RequestWriter w(frame);
+    w.type(QueryType::kCheck).u64(keys.size());
+    for (const auto& k : keys) w.bytes(impl_->wire_key(k));
+    impl_->send(frame, dl, what);
+    auto b = impl_->read_fixed<uint8_t>(dl, what);
+    if (b == static_cast<uint8_t>(store::CheckResponse::kReady)) return true;
+    if (b == static_cast<uint8_t>(store::CheckResponse::kNotReady)) return false;
+    impl_->protocol_error(what, b);
+  });
 }
 
 void StoreClient::wait(const std::vector<std::string>& keys, Duration timeout) {
-  impl_->wait_keys(keys, impl_->deadline(timeout), "wait " + describe_keys(keys));
+  return impl_->call(true, "wait", [&] {
+    impl_->wait_keys(keys, impl_->deadline(timeout), "wait " + describe_keys(keys));
+  });
 }
 
 int64_t StoreClient::num_keys(Duration timeout) {
-  Deadline dl = impl_->deadline(timeout);
-  std::string frame;
-  RequestWriter(frame).type(QueryType::kGetNumKeys);
-  impl_->send(frame, dl, "num_keys");
-  return impl_->read_fixed<int64_t>(dl, "num_keys");
+  return impl_->call(true, "num_keys", [&] {
+    Deadline dl = impl_->deadline(timeout);
+    std::string frame;
+    RequestWriter(frame).type(QueryType::kGetNumKeys);
+    impl_->send(frame, dl, "num_keys");
+    return impl_->read_fixed<int64_t>(dl, "num_keys");
+  });
 }
 
 bool StoreClient::delete_key(std::string_view key, Duration timeout) {
-  const std::string what = "delete_key " + util::quote(key);
-  Deadline dl = impl_->deadline(timeout);
-  std::string frame;
-  RequestWriter(frame).type(QueryType::kDeleteKey).bytes(impl_->wire_key(key));
-  impl_->send(frame, dl, what);
-  return impl_->read_fixed<int64_t>(dl, what) == 1;
+  return impl_->call(true, "delete_key", [&] {
+    const std::string what = "delete_key " + util::quote(key);
+    Deadline dl = impl_->deadline(timeout);
+    std::string frame;
+    RequestWriter(frame).type(QueryType::kDeleteKey).bytes(impl_->wire_key(key));
+    impl_->send(frame, dl, what);
+    return impl_->read_fixed<int64_t>(dl, what) == 1;
+  });
 }
 
 void StoreClient::append(std::string_view key, std::string_view value, Duration timeout) {
-  std::string frame;
-  RequestWriter(frame).type(QueryType::kAppend).bytes(impl_->wire_key(key)).bytes(value);
-  impl_->send(frame, impl_->deadline(timeout), "append " + util::quote(key));
+  return impl_->call(false, "append", [&] {
+    std::string frame;
+    RequestWriter(frame).type(QueryType::kAppend).bytes(impl_->wire_key(key)).bytes(value);
+    impl_->send(frame, impl_->deadline(timeout), "append " + util::quote(key));
+  });
 }
 
 std::vector<std::string> StoreClient::multi_get(const std::vector<std::string>& keys,
                                                 Duration timeout) {
-  const std::string what = "multi_get " + describe_keys(keys);
-  Deadline dl = impl_->deadline(timeout);
-  impl_->wait_keys(keys, dl, what);
-  return impl_->multi_get(keys, dl, what);
+  return impl_->call(true, "multi_get", [&] {
+    const std::string what = "multi_get " + describe_keys(keys);
+    Deadline dl = impl_->deadline(timeout);
+    impl_->wait_keys(keys, dl, what);
+    return impl_->multi_get(keys, dl, what);
+  });
 }
 
 std::vector<std::string> StoreClient::multi_get_present(const std::vector<std::string>& keys,
                                                         Duration timeout) {
-  return impl_->multi_get(keys, impl_->deadline(timeout), "multi_get " + describe_keys(keys));
+  return impl_->call(true, "multi_get_present", [&] {
+    return impl_->multi_get(keys, impl_->deadline(timeout), "multi_get " + describe_keys(keys));
+  });
 }
 
 void StoreClient::multi_set(const std::vector<std::string>& keys,
                             const std::vector<std::string>& values, Duration timeout) {
-  if (keys.size() != values.size()) {
-    throw ConfigError("multi_set: " + std::to_string(keys.size()) + " keys but " +
-                      std::to_string(values.size()) + " values");
-  }
-  std::string frame;
-  RequestWriter w(frame);
-  w.type(QueryType::kMultiSet).u64(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) w.bytes(impl_->wire_key(keys[i])).bytes(values[i]);
-  impl_->send(frame, impl_->deadline(timeout), "multi_set " + describe_keys(keys));
+  return impl_->call(true, "multi_set", [&] {
+    if (keys.size() != values.size()) {
+      throw ConfigError("multi_set: " + std::to_string(keys.size()) + " keys but " +
+                        std::to_string(values.size()) + " values");
+    }
+    std::string frame;
+    RequestWriter w(frame);
+    w.type(QueryType::kMultiSet).u64(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) w.bytes(impl_->wire_key(keys[i])).bytes(values[i]);
+    impl_->send(frame, impl_->deadline(timeout), "multi_set " + describe_keys(keys));
+  });
 }
 
 void StoreClient::queue_push(std::string_view key, std::string_view value, Duration timeout) {
-  std::string frame;
-  RequestWriter(frame).type(QueryType::kQueuePush).bytes(impl_->wire_key(key)).bytes(value);
-  impl_->send(frame, impl_->deadline(timeout), "queue_push " + util::quote(key));
+  return impl_->call(false, "queue_push", [&] {
+    std::string frame;
+    RequestWriter(frame).type(QueryType::kQueuePush).bytes(impl_->wire_key(key)).bytes(value);
+    impl_->send(frame, impl_->deadline(timeout), "queue_push " + util::quote(key));
+  });
 }
 
 std::string StoreClient::queue_pop(std::string_view key, Duration timeout) {
-  const std::string what = "queue_pop " + util::quote(key);
-  Deadline dl = impl_->deadline(timeout);
-  // Another consumer may take the element between our WAIT and POP: retry
-  // until the deadline rather than report an empty queue we waited for.
-  for (;;) {
-    impl_->wait_keys({std::string(key)}, dl, what);
-    std::string frame;
-    RequestWriter(frame).type(QueryType::kQueuePop).bytes(impl_->wire_key(key));
-    impl_->send(frame, dl, what);
-    auto len = impl_->read_fixed<int64_t>(dl, what);
-    if (len > 0) return impl_->read_bytes(dl, what);
-    if (dl.expired()) throw TimeoutError("store " + impl_->endpoint + ": " + what + ": timed out");
-  }
+  return impl_->call(false, "queue_pop", [&] {
+    const std::string what = "queue_pop " + util::quote(key);
+    Deadline dl = impl_->deadline(timeout);
+    // Another consumer may take the element between our WAIT and POP: retry
+    // until the deadline rather than report an empty queue we waited for.
+    for (;;) {
+      impl_->wait_keys({std::string(key)}, dl, what);
+      std::string frame;
+      RequestWriter(frame).type(QueryType::kQueuePop).bytes(impl_->wire_key(key));
+      impl_->send(frame, dl, what);
+      auto len = impl_->read_fixed<int64_t>(dl, what);
+      if (len > 0) return impl_->read_bytes(dl, what);
+      if (dl.expired())
+        throw TimeoutError("store " + impl_->endpoint + ": " + what + ": timed out");
+    }
+  });
 }
 
 int64_t StoreClient::queue_len(std::string_view key, Duration timeout) {
-  const std::string what = "queue_len " + util::quote(key);
-  Deadline dl = impl_->deadline(timeout);
-  std::string frame;
-  RequestWriter(frame).type(QueryType::kQueueLen).bytes(impl_->wire_key(key));
-  impl_->send(frame, dl, what);
-  return impl_->read_fixed<int64_t>(dl, what);
+  return impl_->call(true, "queue_len", [&] {
+    const std::string what = "queue_len " + util::quote(key);
+    Deadline dl = impl_->deadline(timeout);
+    std::string frame;
+    RequestWriter(frame).type(QueryType::kQueueLen).bytes(impl_->wire_key(key));
+    impl_->send(frame, dl, what);
+    return impl_->read_fixed<int64_t>(dl, what);
+  });
 }
 
 std::vector<std::string> StoreClient::list_keys(Duration timeout) {
-  Deadline dl = impl_->deadline(timeout);
-  std::string frame;
-  RequestWriter(frame).type(QueryType::kListKeys);
-  impl_->send(frame, dl, "list_keys");
-  auto n = impl_->read_fixed<int64_t>(dl, "list_keys");
-  if (n < 0) impl_->protocol_error("list_keys", 0);
-  std::vector<std::string> keys;
-  const std::string& prefix = impl_->options.key_prefix;
-  for (int64_t i = 0; i < n; ++i) {
-    std::string k = impl_->read_bytes(dl, "list_keys");
-    if (k.compare(0, prefix.size(), prefix) == 0) keys.push_back(k.substr(prefix.size()));
-  }
-  return keys;
+  return impl_->call(true, "list_keys", [&] {
+    Deadline dl = impl_->deadline(timeout);
+    std::string frame;
+    RequestWriter(frame).type(QueryType::kListKeys);
+    impl_->send(frame, dl, "list_keys");
+    auto n = impl_->read_fixed<int64_t>(dl, "list_keys");
+    if (n < 0) impl_->protocol_error("list_keys", 0);
+    std::vector<std::string> keys;
+    const std::string& prefix = impl_->options.key_prefix;
+    for (int64_t i = 0; i < n; ++i) {
+      std::string k = impl_->read_bytes(dl, "list_keys");
+      if (k.compare(0, prefix.size(), prefix) == 0) keys.push_back(k.substr(prefix.size()));
+    }
+    return keys;
+  });
 }
 
 void StoreClient::barrier(std::string_view key, int64_t world_size, Duration timeout) {
-  const std::string what = "barrier " + util::quote(key);
-  Deadline dl = impl_->deadline(timeout);
-  std::string frame;
-  RequestWriter(frame).type(QueryType::kBarrier).bytes(impl_->wire_key(key)).i64(world_size);
-  impl_->send(frame, dl, what);
-  impl_->await_stop(dl, what);
+  return impl_->call(false, "barrier", [&] {
+    const std::string what = "barrier " + util::quote(key);
+    Deadline dl = impl_->deadline(timeout);
+    std::string frame;
+    RequestWriter(frame).type(QueryType::kBarrier).bytes(impl_->wire_key(key)).i64(world_size);
+    impl_->send(frame, dl, what);
+    impl_->await_stop(dl, what);
+  });
 }
 
 StoreClient::Duration StoreClient::ping(Duration timeout) {
-  Deadline dl = impl_->deadline(timeout);
-  const auto start = Deadline::Clock::now();
-  const uint32_t nonce = 0x5eed;
-  std::string frame;
-  RequestWriter(frame).type(QueryType::kPing).u32(nonce);
-  impl_->send(frame, dl, "ping");
-  if (impl_->read_fixed<uint32_t>(dl, "ping") != nonce) impl_->protocol_error("ping", 0);
-  return std::chrono::duration_cast<Duration>(Deadline::Clock::now() - start);
+  return impl_->call(true, "ping", [&] {
+    Deadline dl = impl_->deadline(timeout);
+    const auto start = Deadline::Clock::now();
+    const uint32_t nonce = 0x5eed;
+    std::string frame;
+    RequestWriter(frame).type(QueryType::kPing).u32(nonce);
+    impl_->send(frame, dl, "ping");
+    if (impl_->read_fixed<uint32_t>(dl, "ping") != nonce) impl_->protocol_error("ping", 0);
+    return std::chrono::duration_cast<Duration>(Deadline::Clock::now() - start);
+  });
 }
+
+namespace store {
+
+util::Socket StandbyFollower::take_socket(StoreClient& client) {
+  return std::move(client.impl_->sock);
+}
+
+}  // namespace store
 
 }  // namespace elasticrun

@@ -27,6 +27,9 @@
 namespace elasticrun::store {
 
 inline constexpr size_t kAckSize = sizeof(uint64_t);
+// "STBY", little-endian: a standby's answer to a client's PING, before it
+// closes the connection (the client tries its next endpoint).
+inline constexpr uint32_t kStandbyWord = 0x59425453;
 
 struct ReplicaRecord {
   enum class Tag : uint8_t { kChange = 1, kSynced = 2 };

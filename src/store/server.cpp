@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "elasticrun/errors.hpp"
@@ -66,6 +67,12 @@ struct ServerCore {
   uv_tcp_t listener{};
   bool listening = false;  // listener initialised
   uv_async_t stop_async{};
+  // A standby's promotion: the data handed over by promote(), taken up on
+  // the loop (promote_async).
+  uv_async_t promote_async{};
+  std::mutex promote_mu;
+  std::optional<std::vector<Change>> promotion;  // guarded by promote_mu
+  std::atomic<bool> serving{true};
   std::vector<uv_signal_t*> signals;
   ServerOptions options;
   Handler handler;
@@ -103,14 +110,14 @@ struct ServerCore {
   // A client the gate turned away: its answer (after what was queued
   // before it) goes out now if the socket takes it, then the connection
   // closes, logged.
-  void refuse(Connection* c, std::string_view answer, const std::string& why) {
+  void refuse(Connection* c, std::string_view answer, const std::string& why, bool count = true) {
     c->out.append(answer);
     if (c->in_flight == 0 && !c->out.empty()) {
       uv_buf_t buf = uv_buf_init(c->out.data(), static_cast<unsigned>(c->out.size()));
       (void)uv_try_write(reinterpret_cast<uv_stream_t*>(&c->tcp), &buf, 1);
     }
     c->out.clear();
-    refused.fetch_add(1, std::memory_order_relaxed);
+    if (count) refused.fetch_add(1, std::memory_order_relaxed);
     drop(c, "refused: " + why);
   }
 
@@ -319,6 +326,14 @@ struct ServerCore {
         refuse(c, reply, why);
         break;
       }
+      if (!serving.load(std::memory_order_relaxed)) {
+        if (req.type == QueryType::kValidate) continue;  // no reply, as any store
+        std::string word;
+        ReplyWriter(word).u32(kStandbyWord);
+        refuse(c, word, "this store is a standby: it serves no client until it takes over",
+               /*count=*/false);
+        break;
+      }
       if (req.type == QueryType::kReplicate) {
         attach_standby(c, req.values[0]);
         if (c->standby) read_acks(c, data.substr(used));
@@ -338,6 +353,19 @@ struct ServerCore {
   }
 
   // --- the standby (store/replica.hpp) ---
+
+  void take_promotion() {
+    std::optional<std::vector<Change>> data;
+    {
+      std::lock_guard<std::mutex> lock(promote_mu);
+      data.swap(promotion);
+    }
+    if (!data || serving.load()) return;
+    for (const Change& ch : *data) handler.apply(ch);
+    serving.store(true);
+    log->warn("this standby takes over: it serves its primary's data ({} changes) from now on",
+              data->size());
+  }
 
   void attach_standby(Connection* c, const std::string& endpoint) {
     if (standby) {
@@ -493,6 +521,7 @@ struct ServerCore {
     };
     if (listening) close_handle(reinterpret_cast<uv_handle_t*>(&listener));
     close_handle(reinterpret_cast<uv_handle_t*>(&stop_async));
+    close_handle(reinterpret_cast<uv_handle_t*>(&promote_async));
     for (uv_signal_t* s : signals) {
       uv_close(reinterpret_cast<uv_handle_t*>(s),
                [](uv_handle_t* h) { delete reinterpret_cast<uv_signal_t*>(h); });
@@ -517,6 +546,10 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(o
   uv_async_init(&impl_->core.loop, &impl_->core.stop_async,
                 [](uv_async_t* a) { static_cast<ServerCore*>(a->data)->shutdown(); });
   impl_->core.stop_async.data = &impl_->core;
+  uv_async_init(&impl_->core.loop, &impl_->core.promote_async,
+                [](uv_async_t* a) { static_cast<ServerCore*>(a->data)->take_promotion(); });
+  impl_->core.promote_async.data = &impl_->core;
+  impl_->core.serving = !impl_->core.options.standby;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->loop_alive = true;
@@ -607,6 +640,19 @@ void Server::stop() {
   // Once shutdown() has closed the handle a send only pokes the loop's wakeup
   // descriptor, which is harmless while the loop exists: loop_alive says so.
   if (impl_->loop_alive) uv_async_send(&impl_->core.stop_async);
+}
+
+void Server::promote(std::vector<Change> data) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->core.promote_mu);
+    impl_->core.promotion = std::move(data);
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->loop_alive) uv_async_send(&impl_->core.promote_async);
+}
+
+bool Server::serving() const {
+  return impl_->core.serving.load();
 }
 
 ServerStats Server::stats() const {

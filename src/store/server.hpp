@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "store/protocol.hpp"
+#include "store/state.hpp"
 
 namespace elasticrun::store {
 
@@ -36,6 +37,10 @@ struct ServerOptions {
   // connection must pass the challenge and response of store/auth.hpp
   // before any other request.
   std::string secret;
+  // Starts as a standby (store/replica.hpp): it serves no client until
+  // promote(); a client's PING is answered with kStandbyWord and its
+  // connection closed, so that it tries the next endpoint it knows.
+  bool standby = false;
 };
 
 struct ServerStats {
@@ -76,6 +81,13 @@ class Server {
   // Asks the loop to stop; safe from any thread, idempotent, and a stop
   // requested before run() makes run() return at once.
   void stop();
+
+  // A standby takes over: `data` (its primary's, as store::StandbyFollower
+  // kept it) becomes the store's, and it serves clients from then on.
+  // Safe from any thread; a server that is not a standby ignores it.
+  void promote(std::vector<Change> data);
+  // Serving clients: not a standby, or promoted.
+  bool serving() const;
 
   // Counters, readable from any thread.
   ServerStats stats() const;

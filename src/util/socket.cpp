@@ -159,7 +159,8 @@ Result<Socket> Socket::connect(const std::string& host, uint16_t port, Deadline 
       return Status(last_err, "connect to " + endpoint + " failed (" + attempts + ")");
     }
     auto delay = backoff.next();
-    if (deadline.remaining() <= delay) {
+    if (deadline.remaining() <= delay ||
+        (options.max_attempts > 0 && attempt >= options.max_attempts)) {
       return Status(last_err, "connect to " + endpoint + " gave up after " +
                                   std::to_string(attempt) + " attempts (" + attempts + ")");
     }
@@ -190,13 +191,21 @@ Status Socket::send_all(const void* data, size_t size, Deadline deadline) {
 Status Socket::recv_exact(void* data, size_t size, Deadline deadline) {
   auto* p = static_cast<char*>(data);
   while (size > 0) {
-    ssize_t n = ::recv(fd_, p, size, MSG_DONTWAIT);
-    if (n > 0) {
-      p += n;
-      size -= static_cast<size_t>(n);
-      continue;
+    auto got = recv_some(p, size, deadline);
+    if (!got) return got.status();
+    if (got.value() == 0) {
+      return Status(ECONNRESET, "receive from " + peer_ + ": peer closed the connection");
     }
-    if (n == 0) return Status(ECONNRESET, "receive from " + peer_ + ": peer closed the connection");
+    p += got.value();
+    size -= got.value();
+  }
+  return Status::ok();
+}
+
+Result<size_t> Socket::recv_some(void* data, size_t capacity, Deadline deadline) {
+  for (;;) {
+    ssize_t n = ::recv(fd_, data, capacity, MSG_DONTWAIT);
+    if (n >= 0) return static_cast<size_t>(n);
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       Status st = wait_for(fd_, POLLIN, deadline, "receive from " + peer_);
@@ -205,7 +214,6 @@ Status Socket::recv_exact(void* data, size_t size, Deadline deadline) {
     }
     return Status(errno, "receive from " + peer_);
   }
-  return Status::ok();
 }
 
 Result<bool> Socket::wait_readable(Deadline deadline) {

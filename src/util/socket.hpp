@@ -23,6 +23,8 @@ struct ConnectOptions {
   // Upper bound for one connect() attempt, so a black-holed SYN does not eat
   // the whole deadline in a single try.
   std::chrono::milliseconds attempt_timeout{5000};
+  // Attempts at most; 0: until the deadline.
+  int max_attempts = 0;
 };
 
 class Socket {
@@ -45,6 +47,9 @@ class Socket {
   Status send_all(const void* data, size_t size, Deadline deadline);
   // Reads exactly size bytes. A peer that closes first yields ECONNRESET.
   Status recv_exact(void* data, size_t size, Deadline deadline);
+  // Reads what has arrived, at most `capacity` bytes, waiting until the
+  // deadline for the first: the count, 0 at EOF; ETIMEDOUT at the deadline.
+  Result<size_t> recv_some(void* data, size_t capacity, Deadline deadline);
   // True when a read would not block (data or EOF), false at the deadline.
   Result<bool> wait_readable(Deadline deadline);
 

@@ -1,11 +1,16 @@
-"""`elasticctl store` as a command: port reporting, signals, bad flags, busy ports."""
+"""`elasticctl store` as a command: port reporting, signals, bad flags, busy
+ports, and a standby that takes over."""
 
 import signal
 import socket
+import struct
+import subprocess
+import sys
 
 import pytest
 
-from conftest import STOP_TIMEOUT_S, handshake, start_our_store
+from conftest import PING, STOP_TIMEOUT_S, handshake, start_our_store, venv_env
+from launcher_fixtures import wait_for
 
 
 def test_store_started_on_port_0_prints_a_port_that_answers_the_protocol(our_store):
@@ -68,3 +73,43 @@ def test_store_on_a_port_already_in_use_fails_and_names_the_address(procs, elast
     assert rc not in (0, None), proc.describe()
     assert f"127.0.0.1:{port}" in proc.stderr(), proc.describe()
     assert "listening on" not in proc.stdout(), proc.describe()
+
+
+def test_a_standby_store_takes_over_with_the_data_when_its_primary_is_killed(procs, elasticctl):
+    # `elasticctl store --standby-of`: a copy that serves nobody until the
+    # primary is lost (docs/protocol.md, "Standby"); then PyTorch's own
+    # TCPStore client reads there what was written to the primary.
+    primary = start_our_store(procs, elasticctl)
+    standby_proc = procs.spawn([elasticctl, "store", "--host", "127.0.0.1", "--port", "0",
+                                "--standby-of", f"127.0.0.1:{primary.port}"], "standby")
+    _, standby_port = standby_proc.wait_for_listen_line()
+    wait_for(lambda: "attached" in primary.proc.stderr(), "the standby attached")
+    with handshake(primary.host, primary.port) as c:
+        key, value = b"/written", b"before the loss"
+        c.sendall(b"\x01" + struct.pack("<Q", len(key)) + key + struct.pack("<Q", len(value))
+                  + value + struct.pack("<BI", PING, 7))
+        assert c.recv(4) == struct.pack("<I", 7)  # held until the standby had the SET
+    with pytest.raises(AssertionError, match="PING echoed"):  # STBY, then closed
+        with handshake("127.0.0.1", standby_port):
+            pass
+    primary.proc.popen.send_signal(signal.SIGKILL)
+    primary.proc.wait(STOP_TIMEOUT_S)
+
+    def serving():
+        try:
+            with handshake("127.0.0.1", standby_port, timeout=2):
+                return True
+        except (AssertionError, OSError):
+            return False
+
+    wait_for(serving, "the standby serving", timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-c",
+         "import datetime, torch.distributed as d; "
+         f"s = d.TCPStore('127.0.0.1', {standby_port}, is_master=False, "
+         "timeout=datetime.timedelta(seconds=30)); print(s.get('written').decode())"],
+        capture_output=True, text=True, timeout=120, env=venv_env())
+    assert out.stdout.strip() == "before the loss", out.stderr
+    assert "takes over" in standby_proc.stderr()
+    standby_proc.popen.send_signal(signal.SIGTERM)
+    assert standby_proc.wait(STOP_TIMEOUT_S) == 0, standby_proc.describe()

@@ -116,6 +116,14 @@ TEST_CASE("--rdzv-conf keys map onto the rendezvous, unknown ones are refused", 
   CHECK_THROWS_WITH(with("jion_timeout=5"), Contains("unknown key for the c10d backend"));
   CHECK_THROWS_WITH(with("heartbeat_interval=0.001"), Contains("at least 0.01 s"));
   CHECK_THROWS_WITH(with("rejoin_timeout=-1"), Contains("must not be negative"));
+  // The store's standby: where every agent goes when the store's host is lost.
+  const AgentConfig sb = with("standby_endpoint=node1:29401");
+  CHECK(sb.rdzv.standby_host == "node1");
+  CHECK(sb.rdzv.standby_port == 29401);
+  CHECK(a.rdzv.standby_host.empty());
+  CHECK_THROWS_WITH(with("standby_endpoint=node1"), Contains("standby_endpoint"));
+  CHECK_THROWS_WITH(with("standby_endpoint=localhost:29400"),
+                    Contains("the rendezvous endpoint itself"));
 }
 
 TEST_CASE("per-rank log plans cover every local rank", "[launch_plan]") {

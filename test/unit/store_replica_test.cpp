@@ -9,8 +9,11 @@
 
 #include "server_fixture.hpp"
 #include "store/replica.hpp"
+#include "store/standby.hpp"
 
+using elasticrun::NetworkError;
 using elasticrun::StoreClient;
+using elasticrun::StoreClientOptions;
 using elasticrun::store::Change;
 using elasticrun::store::Limits;
 using elasticrun::store::parse_replica_record;
@@ -18,6 +21,7 @@ using elasticrun::store::ParseStatus;
 using elasticrun::store::QueryType;
 using elasticrun::store::ReplicaRecord;
 using elasticrun::store::RequestWriter;
+using elasticrun::store::StandbyFollower;
 using elasticrun::store::State;
 using elasticrun::store::Wakeups;
 using elasticrun::test::RawConnection;
@@ -208,4 +212,71 @@ TEST_CASE("a second standby and a bad acknowledgement are refused", "[replica][s
   StoreClient c = fx.client();
   c.set("k", "v");
   CHECK(c.get("k") == "v");
+}
+
+TEST_CASE("a client moves to the standby when the store's host is lost, and finds what it saw",
+          "[replica][server]") {
+  ServerFixture primary;
+  elasticrun::store::ServerOptions standby_options;
+  standby_options.standby = true;
+  ServerFixture standby(standby_options);
+  StandbyFollower::Options fo;
+  fo.primary_host = "127.0.0.1";
+  fo.primary_port = primary.port();
+  fo.endpoint = "127.0.0.1:" + std::to_string(standby.port());
+  fo.probe_timeout = std::chrono::milliseconds(300);
+  StandbyFollower follower(fo);
+  REQUIRE(primary.eventually([](const auto& s) { return s.has_standby; }));
+
+  StoreClientOptions o;
+  o.connect_timeout = std::chrono::seconds(20);
+  o.timeout = std::chrono::seconds(20);
+  o.standbys = {{"127.0.0.1", standby.port()}};
+  StoreClient c = StoreClient::connect("127.0.0.1", primary.port(), o);
+  c.set("a", "1");
+  CHECK(c.add("n", 5) == 5);
+  c.queue_push("q", "x");
+  CHECK(c.get("a") == "1");  // its reply came after the standby had all three
+  // The standby serves nobody yet: a client of it alone is turned away.
+  StoreClientOptions alone;
+  alone.connect_timeout = std::chrono::milliseconds(500);
+  CHECK_THROWS_WITH(StoreClient::connect("127.0.0.1", standby.port(), alone),
+                    Catch::Contains("is a standby"));
+  CHECK(follower.synced());
+  CHECK_FALSE(follower.wait_lost(std::chrono::milliseconds(0)));
+
+  primary.stop();  // the host is lost
+  REQUIRE(follower.wait_lost(std::chrono::seconds(10)));
+  CHECK_THAT(follower.why(), Catch::Contains("closed the stream"));
+  standby.server().promote(follower.take());
+  CHECK(c.get("a") == "1");  // the same client, now on the standby
+  CHECK(c.endpoint() == fo.endpoint);
+  CHECK(c.add("n", 1) == 6);
+  CHECK(c.queue_pop("q") == "x");
+  StoreClient late = StoreClient::connect("127.0.0.1", primary.port(), o);
+  CHECK(late.get("a") == "1");
+  CHECK(standby.server().serving());
+}
+
+TEST_CASE("a call that cannot be repeated says the store moved when its connection breaks",
+          "[replica][server]") {
+  ServerFixture primary;
+  elasticrun::store::ServerOptions standby_options;
+  standby_options.standby = true;
+  ServerFixture standby(standby_options);
+  StoreClientOptions o;
+  o.connect_timeout = std::chrono::seconds(10);
+  o.timeout = std::chrono::seconds(10);
+  o.standbys = {{"127.0.0.1", standby.port()}};
+  StoreClient c = StoreClient::connect("127.0.0.1", primary.port(), o);
+  // A WAIT in flight when the host goes: repeated on the standby, which
+  // then gets the key.
+  auto waited = std::async(std::launch::async, [&] { return c.get("later"); });
+  REQUIRE(primary.eventually([](const auto& s) { return s.requests >= 3; }));
+  primary.stop();
+  standby.server().promote({Change{Change::Kind::kPut, "/seen", "1"}});
+  StoreClient other = StoreClient::connect("127.0.0.1", primary.port(), o);
+  CHECK(other.get("seen") == "1");
+  other.set("later", "2");
+  CHECK(waited.get() == "2");
 }
