@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
           CLI::IsMember({"trace", "debug", "info", "warn", "warning", "error", "critical", "off"}));
   std::vector<ctlcmd::Command> commands = {ctlcmd::add_store(app)};
   for (auto& c : ctlcmd::add_job_commands(app)) commands.push_back(std::move(c));
+  commands.push_back(ctlcmd::add_plan(app));
   commands.push_back(ctlcmd::add_simulate(app));
   commands.push_back(ctlcmd::add_timeline(app));
 

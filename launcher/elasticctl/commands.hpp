@@ -22,6 +22,8 @@ Command add_store(CLI::App& app);
 // `scale`, `release`, `readmit`, `status`, `watch`: a running job, through
 // its rendezvous store (docs/elasticctl.md).
 std::vector<Command> add_job_commands(CLI::App& app);
+// `plan`: per-GPU memory and micro-batches at each world size (docs/planner.md).
+Command add_plan(CLI::App& app);
 // `simulate`: the capacity simulator (docs/simulator.md).
 Command add_simulate(CLI::App& app);
 // `timeline`: a run drawn from its event logs.
