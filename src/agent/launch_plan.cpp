@@ -187,6 +187,11 @@ void plan_dynamic(const cli::LaunchConfig& c, AgentConfig& a) {
     }
     r.standby_host = sb.host;
     r.standby_port = sb.port;
+    if (sb.host == r.store_host) {
+      a.notes.push_back("the store's standby (" + it->second +
+                        ") is on the store's own host: it survives the loss of the agent that "
+                        "hosts the store, not of the host");
+    }
   }
   const cli::ElasticOptions& e = c.elastic;
   a.policy.min_replicas = e.min_replicas;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "elasticrun/store_client.hpp"
@@ -75,24 +76,58 @@ struct StoreClient::Impl {
   // endpoint that serves now when `repeatable` (asking twice gives what
   // asking once does); otherwise it throws NetworkError saying the store
   // moved and that whether it took effect is unknown.
+  // A connection that timed out mid-call is broken too (fail() says so): a
+  // host that vanished without a FIN is found that way. The repeated call
+  // keeps the first one's deadline (deadline() pins it).
   template <typename F>
   auto call(bool repeatable, const char* what, F&& f) -> decltype(f()) {
     if (endpoints.size() == 1) return f();
     if (broken || gone()) reconnect(Deadline::after(options.connect_timeout));
+    struct Pin {
+      Impl* impl;
+      explicit Pin(Impl* i) : impl(i) { impl->pinning = true; }
+      ~Pin() {
+        impl->pinning = false;
+        impl->pinned.reset();
+      }
+    } pin(this);
+    std::string failure;
     try {
       return f();
     } catch (const NetworkError& e) {
-      reconnect(Deadline::after(options.connect_timeout));
-      if (!repeatable) {
-        throw NetworkError(std::string(e.what()) + "; the store now serves at " + endpoint +
-                           ", and whether this " + what + " took effect is unknown");
-      }
-      return f();
+      failure = e.what();
+    } catch (const TimeoutError& e) {
+      if (!broken) throw;  // a wait that ran out on a healthy connection
+      failure = e.what();
     }
+    reconnect(Deadline::after(options.connect_timeout));
+    if (!repeatable) {
+      throw NetworkError(failure + "; the store now serves at " + endpoint + ", and whether this " +
+                         what + " took effect is unknown");
+    }
+    return f();
   }
 
-  Deadline deadline(Duration timeout) const {
-    return Deadline::after(timeout == kDefault ? options.timeout : timeout);
+  // Within call(), every deadline of the call is its first one.
+  Deadline deadline(Duration timeout) {
+    if (pinned) return *pinned;
+    const Deadline d = Deadline::after(timeout == kDefault ? options.timeout : timeout);
+    if (pinning) pinned = d;
+    return d;
+  }
+  bool pinning = false;
+  std::optional<Deadline> pinned;
+
+  // With standbys, a request without a reply (SET, MULTI_SET, APPEND,
+  // QUEUE_PUSH) is followed by a PING in the same send, whose echo the
+  // store holds until the standby has the write: the call returns once the
+  // write is safe, and a host lost before that fails it like any call.
+  void send_confirmed(std::string& frame, Deadline dl, const std::string& what) {
+    if (endpoints.size() == 1) return send(frame, dl, what);
+    constexpr uint32_t kConfirm = 0xC0F1;
+    RequestWriter(frame).type(QueryType::kPing).u32(kConfirm);
+    send(frame, dl, what);
+    if (read_fixed<uint32_t>(dl, what) != kConfirm) protocol_error(what, 0);
   }
 
   std::string wire_key(std::string_view key) const { return options.key_prefix + std::string(key); }
@@ -335,7 +370,7 @@ void StoreClient::set(std::string_view key, std::string_view value, Duration tim
   return impl_->call(true, "set", [&] {
     std::string frame;
     RequestWriter(frame).type(QueryType::kSet).bytes(impl_->wire_key(key)).bytes(value);
-    impl_->send(frame, impl_->deadline(timeout), "set " + util::quote(key));
+    impl_->send_confirmed(frame, impl_->deadline(timeout), "set " + util::quote(key));
   });
 }
 
@@ -428,7 +463,7 @@ void StoreClient::append(std::string_view key, std::string_view value, Duration 
   return impl_->call(false, "append", [&] {
     std::string frame;
     RequestWriter(frame).type(QueryType::kAppend).bytes(impl_->wire_key(key)).bytes(value);
-    impl_->send(frame, impl_->deadline(timeout), "append " + util::quote(key));
+    impl_->send_confirmed(frame, impl_->deadline(timeout), "append " + util::quote(key));
   });
 }
 
@@ -460,7 +495,7 @@ void StoreClient::multi_set(const std::vector<std::string>& keys,
     RequestWriter w(frame);
     w.type(QueryType::kMultiSet).u64(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) w.bytes(impl_->wire_key(keys[i])).bytes(values[i]);
-    impl_->send(frame, impl_->deadline(timeout), "multi_set " + describe_keys(keys));
+    impl_->send_confirmed(frame, impl_->deadline(timeout), "multi_set " + describe_keys(keys));
   });
 }
 
@@ -468,7 +503,7 @@ void StoreClient::queue_push(std::string_view key, std::string_view value, Durat
   return impl_->call(false, "queue_push", [&] {
     std::string frame;
     RequestWriter(frame).type(QueryType::kQueuePush).bytes(impl_->wire_key(key)).bytes(value);
-    impl_->send(frame, impl_->deadline(timeout), "queue_push " + util::quote(key));
+    impl_->send_confirmed(frame, impl_->deadline(timeout), "queue_push " + util::quote(key));
   });
 }
 

@@ -60,9 +60,10 @@ void write_change(std::string& out, uint64_t seq, const Change& change) {
   put_bytes(out, change.value);
 }
 
-void write_synced(std::string& out, uint64_t seq) {
+void write_synced(std::string& out, uint64_t seq, uint64_t store_id) {
   out.push_back(static_cast<char>(ReplicaRecord::Tag::kSynced));
   put_u64(out, seq);
+  put_u64(out, store_id);
 }
 
 void write_ack(std::string& out, uint64_t seq) {
@@ -84,7 +85,7 @@ ParseResult parse_replica_record(std::string_view data, const Limits& limits, Re
   in.take(&out.seq, sizeof(out.seq));
   if (out.tag == ReplicaRecord::Tag::kChange) {
     uint8_t kind = 0;
-    if (in.take(&kind, 1) && (kind < 1 || kind > 4)) {
+    if (in.take(&kind, 1) && (kind < 1 || kind > 5)) {
       r.status = ParseStatus::kInvalid;
       r.error = "a standby record of unknown change kind " + std::to_string(kind);
       return r;
@@ -92,6 +93,8 @@ ParseResult parse_replica_record(std::string_view data, const Limits& limits, Re
     out.change.kind = static_cast<Change::Kind>(kind);
     out.change.key = in.bytes(limits.max_key_size, "key");
     out.change.value = in.bytes(limits.max_request_size, "value");  // APPENDs grow values
+  } else {
+    in.take(&out.store_id, sizeof(out.store_id));
   }
   if (!in.error.empty()) {
     r.status = ParseStatus::kInvalid;

@@ -8,7 +8,9 @@
 //   primary -> standby  records, each a u8 tag and a u64 sequence number:
 //       kChange  + u8 kind, key and value (u64 length and bytes each): one
 //                  Change (store/state.hpp); numbers rise by one per change
-//       kSynced    the snapshot (changes that rebuild the data) is complete
+//       kSynced  + u64 store id: the snapshot (changes that rebuild the
+//                  data) is complete; the id is the primary's, random per
+//                  process, so a follower can tell a restarted store
 //   standby -> primary  u64 acknowledgements: every change through that
 //                       number is applied
 //
@@ -35,11 +37,12 @@ struct ReplicaRecord {
   enum class Tag : uint8_t { kChange = 1, kSynced = 2 };
   Tag tag = Tag::kChange;
   uint64_t seq = 0;
-  Change change;  // kChange
+  Change change;          // kChange
+  uint64_t store_id = 0;  // kSynced
 };
 
 void write_change(std::string& out, uint64_t seq, const Change& change);
-void write_synced(std::string& out, uint64_t seq);
+void write_synced(std::string& out, uint64_t seq, uint64_t store_id);
 void write_ack(std::string& out, uint64_t seq);
 
 // One record from the front of `data` (ParseResult as parse_request's:

@@ -4,10 +4,12 @@
 #include <uv.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <unordered_map>
 
 #include "elasticrun/errors.hpp"
@@ -56,8 +58,16 @@ struct Connection {
   // Replies waiting for the standby to acknowledge the change number they
   // follow, in order (store/replica.hpp).
   std::deque<std::pair<uint64_t, std::string>> held;
-  std::string ack_bytes;  // the standby's: a partial acknowledgement
+  std::string ack_bytes;    // the standby's: a partial acknowledgement
+  uint64_t last_write = 0;  // the number of the last change this client made
 };
+
+uint64_t random_store_id() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+constexpr uint64_t kAckCheckMs = 500;
 
 }  // namespace
 
@@ -86,6 +96,9 @@ struct ServerCore {
   std::atomic<uint64_t> accepted{0}, open{0}, dropped{0}, refused{0}, requests{0};
   std::atomic<uint64_t> replicated{0}, standbys_attached{0};
   std::atomic<bool> has_standby{false};
+  // This store's identity, in the standby's SYNCED record: a follower never
+  // takes a copy of another store (one restarted at the same endpoint).
+  const uint64_t store_id = random_store_id();
 
   // The standby, when one is attached: the changes of every request are
   // numbered and sent to it, and replies after a change are held until it
@@ -96,6 +109,15 @@ struct ServerCore {
   uint64_t acked = 0;  // the last change the standby applied (== seq without one)
   std::vector<Change> journal;
   std::vector<Connection*> holding;  // connections with held replies
+  // Since when a change has waited for the standby's acknowledgement; a
+  // standby silent past options.standby_ack_timeout is detached (its host
+  // may be gone without a FIN), checked by ack_timer.
+  std::chrono::steady_clock::time_point unacked_since{};
+  uv_timer_t ack_timer{};
+  // Released replies are flushed on the loop's next turn: a release can
+  // happen inside flush() (a standby's write failed), where flushing again
+  // would re-enter it.
+  uv_async_t flush_async{};
   std::atomic<int> stop_signal{0};
 
   explicit ServerCore(ServerOptions o) : options(std::move(o)), handler(options.limits) {}
@@ -127,8 +149,10 @@ struct ServerCore {
     if (c == standby) detach_standby("its connection closed");
     if (!c->held.empty()) {
       c->held.clear();
-      holding.erase(std::find(holding.begin(), holding.end(), c));
+      holding.erase(std::remove(holding.begin(), holding.end(), c), holding.end());
     }
+    // Freed once libuv has closed it: no list may keep it.
+    if (c->flush_queued) dirty.erase(std::remove(dirty.begin(), dirty.end(), c), dirty.end());
     buffered_bytes -= c->partial.size();
     c->partial.clear();
     c->partial.shrink_to_fit();
@@ -144,7 +168,10 @@ struct ServerCore {
   // `reads_data`: false for a reply that tells nothing of the data (PING's).
   void queue_reply(Connection* c, std::string_view bytes, bool reads_data = true) {
     if (c->closing || bytes.empty()) return;
-    if ((reads_data && seq > acked) || !c->held.empty()) {
+    // A PING tells nothing of the data, but its writer learns from it that
+    // its own last write is done: held while that write is unacknowledged.
+    const bool wait = reads_data ? seq > acked : c->last_write > acked;
+    if (wait || !c->held.empty()) {
       // After a change the standby has not acknowledged: a client must not
       // see what the standby could lack (nor anything after it, in order).
       if (c->held.empty()) holding.push_back(c);
@@ -218,7 +245,8 @@ struct ServerCore {
   }
 
   void flush_dirty() {
-    // flush() may close connections but never adds to dirty.
+    // flush() may close connections (which leave dirty) and, through a
+    // standby's detach, add released ones: hence the index.
     for (size_t i = 0; i < dirty.size(); ++i) flush(dirty[i]);
     dirty.clear();
   }
@@ -345,7 +373,7 @@ struct ServerCore {
         drop(c, h.error);
         break;
       }
-      replicate_journal();
+      if (replicate_journal()) c->last_write = seq;
       queue_reply(c, reply, req.type != QueryType::kPing);
       wake(woken);
     }
@@ -380,37 +408,59 @@ struct ServerCore {
     std::string records;
     const std::vector<Change> snapshot = handler.snapshot();
     for (const Change& ch : snapshot) write_change(records, ++seq, ch);
-    write_synced(records, seq);
+    write_synced(records, seq, store_id);
     handler.set_journal(&journal);
     log->info("standby {} (client {} from {}) attached: {} changes to copy", endpoint, c->id,
               c->peer, snapshot.size());
-    send_to_standby(records);
+    unacked_since = std::chrono::steady_clock::now();
+    // The snapshot is as large as the data: only what follows it counts
+    // against the standby's backlog limit.
+    send_to_standby(records, /*limit=*/false);
+    uv_timer_start(
+        &ack_timer, [](uv_timer_t* t) { static_cast<ServerCore*>(t->data)->check_acks(); },
+        kAckCheckMs, kAckCheckMs);
+  }
+
+  void check_acks() {
+    if (!standby || seq == acked) return;
+    const auto waited = std::chrono::steady_clock::now() - unacked_since;
+    if (waited > options.standby_ack_timeout) {
+      drop(standby, "acknowledged nothing for " +
+                        std::to_string(
+                            std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) +
+                        " ms (its host may be gone)");
+      flush_dirty();
+    }
   }
 
   void detach_standby(const std::string& why) {
     log->warn("standby {} detached ({}): serving without one", standby_endpoint, why);
     standby = nullptr;
     has_standby = false;
+    uv_timer_stop(&ack_timer);
     handler.set_journal(nullptr);
     journal.clear();
     acked = seq;
     release_held();
   }
 
-  // The journal of the request just handled, numbered, to the standby.
-  void replicate_journal() {
-    if (journal.empty()) return;
+  // The journal of the request just handled, numbered, to the standby;
+  // true when it held changes.
+  bool replicate_journal() {
+    if (journal.empty()) return false;
+    if (seq == acked) unacked_since = std::chrono::steady_clock::now();
     std::string records;
     for (const Change& ch : journal) write_change(records, ++seq, ch);
     replicated.fetch_add(journal.size(), std::memory_order_relaxed);
     journal.clear();
     send_to_standby(records);
+    return true;
   }
 
-  void send_to_standby(std::string_view records) {
+  void send_to_standby(std::string_view records, bool limit = true) {
     Connection* s = standby;
     s->out.append(records);
-    if (s->in_flight + s->out.size() > options.max_pending_reply_bytes) {
+    if (limit && s->in_flight + s->out.size() > options.max_pending_reply_bytes) {
       drop(s, "the standby fell " + std::to_string(s->in_flight + s->out.size()) + " bytes behind");
       return;
     }
@@ -434,6 +484,7 @@ struct ServerCore {
     }
     if (ack == acked) return;
     acked = ack;
+    unacked_since = std::chrono::steady_clock::now();  // it answers: the clock restarts
     release_held();
   }
 
@@ -453,6 +504,7 @@ struct ServerCore {
       if (!c->held.empty()) holding[kept++] = c;
     }
     holding.resize(kept);
+    uv_async_send(&flush_async);
   }
 
   std::vector<ClientId> woken;
@@ -511,17 +563,21 @@ struct ServerCore {
   }
 
   void shutdown() {
+    auto close_handle = [](uv_handle_t* h) {
+      if (!uv_is_closing(h)) uv_close(h, nullptr);
+    };
+    // The port first: a standby that sees its stream end finds it closed,
+    // not a store that seems to live on.
+    if (listening) close_handle(reinterpret_cast<uv_handle_t*>(&listener));
     // Copy: close() erases from clients.
     std::vector<Connection*> all;
     all.reserve(clients.size());
     for (auto& [id, c] : clients) all.push_back(c);
     for (Connection* c : all) close(c);
-    auto close_handle = [](uv_handle_t* h) {
-      if (!uv_is_closing(h)) uv_close(h, nullptr);
-    };
-    if (listening) close_handle(reinterpret_cast<uv_handle_t*>(&listener));
     close_handle(reinterpret_cast<uv_handle_t*>(&stop_async));
     close_handle(reinterpret_cast<uv_handle_t*>(&promote_async));
+    close_handle(reinterpret_cast<uv_handle_t*>(&flush_async));
+    close_handle(reinterpret_cast<uv_handle_t*>(&ack_timer));
     for (uv_signal_t* s : signals) {
       uv_close(reinterpret_cast<uv_handle_t*>(s),
                [](uv_handle_t* h) { delete reinterpret_cast<uv_signal_t*>(h); });
@@ -546,6 +602,11 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(o
   uv_async_init(&impl_->core.loop, &impl_->core.stop_async,
                 [](uv_async_t* a) { static_cast<ServerCore*>(a->data)->shutdown(); });
   impl_->core.stop_async.data = &impl_->core;
+  uv_async_init(&impl_->core.loop, &impl_->core.flush_async,
+                [](uv_async_t* a) { static_cast<ServerCore*>(a->data)->flush_dirty(); });
+  impl_->core.flush_async.data = &impl_->core;
+  uv_timer_init(&impl_->core.loop, &impl_->core.ack_timer);
+  impl_->core.ack_timer.data = &impl_->core;
   uv_async_init(&impl_->core.loop, &impl_->core.promote_async,
                 [](uv_async_t* a) { static_cast<ServerCore*>(a->data)->take_promotion(); });
   impl_->core.promote_async.data = &impl_->core;

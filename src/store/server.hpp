@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <memory>
@@ -41,6 +42,10 @@ struct ServerOptions {
   // promote(); a client's PING is answered with kStandbyWord and its
   // connection closed, so that it tries the next endpoint it knows.
   bool standby = false;
+  // A standby that acknowledges nothing this long while changes wait for it
+  // is detached (its host may be gone without closing the connection), and
+  // the store serves on alone.
+  std::chrono::milliseconds standby_ack_timeout{std::chrono::seconds(5)};
 };
 
 struct ServerStats {

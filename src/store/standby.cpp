@@ -46,17 +46,26 @@ void StandbyFollower::run() {
   auto log = util::logger("store");
   const std::string primary = util::format_endpoint(options_.primary_host, options_.primary_port);
   std::string why;
-  while (!stop_) {
+  for (;;) {
     why = follow_once();
     if (stop_) return;
-    if (primary_answers()) {
+    // Lost only when a copy is whole and the primary's port does not
+    // answer. Before the first copy there is nothing to take over with:
+    // wait for the primary (it may start after its standby).
+    if (synced_ && !primary_answers()) break;
+    if (synced_) {
+      // The primary lives and ended the stream (it detached us, say): it
+      // served writes since that this copy lacks, so the copy is stale
+      // until a new snapshot is whole.
+      synced_ = false;
       log->warn("standby {}: the stream from {} ended ({}), but it answers: following it again",
                 options_.endpoint, primary, why);
-      continue;
+    } else {
+      log->debug("standby {}: not following {} yet: {}", options_.endpoint, primary, why);
     }
-    break;
+    for (int i = 0; i < 3 && !stop_; ++i) std::this_thread::sleep_for(kTick);
+    if (stop_) return;
   }
-  if (stop_) return;
   log->warn("standby {}: the primary {} is lost: {}", options_.endpoint, primary, why);
   std::lock_guard<std::mutex> lock(mu_);
   lost_ = true;
@@ -86,11 +95,15 @@ std::string StandbyFollower::follow_once() {
   // by a whole one, so a stream cut mid-snapshot leaves the last copy.
   State incoming;
   bool in_snapshot = true;
+  bool first = true;  // numbers go on from the primary's last: the first sets the base
   uint64_t last = 0, acked = 0;
   std::string buf;
   std::vector<char> chunk(1 << 16);
   auto heard = Clock::now();
-  const Limits limits;  // the primary's are no larger
+  // A record is as large as the primary allows (its limits are its own)
+  // or as a value grown by APPENDs: held to the request size only.
+  Limits limits;
+  limits.max_key_size = limits.max_value_size = limits.max_request_size;
   while (!stop_) {
     auto got = sock.recv_some(chunk.data(), chunk.size(), Deadline::after(kTick));
     if (!got) {
@@ -111,11 +124,21 @@ std::string StandbyFollower::follow_once() {
       if (r.status == ParseStatus::kIncomplete) break;
       if (r.status == ParseStatus::kInvalid) return r.error;
       at += r.consumed;
+      if (first) {
+        last = rec.tag == ReplicaRecord::Tag::kSynced ? rec.seq : rec.seq - 1;
+        first = false;
+      }
       if (rec.seq != (rec.tag == ReplicaRecord::Tag::kSynced ? last : last + 1)) {
         return "change " + std::to_string(rec.seq) + " after " + std::to_string(last);
       }
       last = rec.seq;
       if (rec.tag == ReplicaRecord::Tag::kSynced) {
+        if (store_id_ != 0 && rec.store_id != store_id_) {
+          util::logger("store")->warn(
+              "standby {}: the store at {}:{} is a new one (it restarted): copying it afresh",
+              options_.endpoint, options_.primary_host, options_.primary_port);
+        }
+        store_id_ = rec.store_id;
         std::lock_guard<std::mutex> lock(mu_);
         copy_ = std::move(incoming);
         in_snapshot = false;

@@ -7,9 +7,11 @@
 // The stream's end is not yet the primary's loss: the primary also closes
 // a standby that fell behind. So when it ends the follower tries the
 // primary's port; a primary that answers is followed again from a fresh
-// snapshot, and only one that does not ends the follower, with its copy
-// ready for Server::promote. A stream silent for `silence` is checked the
-// same way (a host that vanished sends no FIN).
+// snapshot (the copy counts as stale until it is whole), and only one that
+// does not ends the follower, with its copy ready for Server::promote. A
+// stream silent for `silence` is checked the same way (a host that
+// vanished sends no FIN). Before its first whole copy the follower waits
+// for the primary however long it takes: it has nothing to take over with.
 #pragma once
 
 #include <atomic>
@@ -74,7 +76,8 @@ class StandbyFollower {
   std::atomic<bool> stop_{false};
   std::atomic<bool> synced_{false};
   std::atomic<uint64_t> applied_{0};
-  State copy_;  // the thread's until lost_; then take()'s
+  State copy_;             // the thread's until lost_; then take()'s
+  uint64_t store_id_ = 0;  // the thread's: the primary the copy is of
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool lost_ = false;  // guarded by mu_

@@ -74,7 +74,7 @@ std::optional<int64_t> State::add(const std::string& key, int64_t delta, Wakeups
 
 void State::append(const std::string& key, const std::string& value, Wakeups& woken) {
   kv_[key].append(value);
-  note_put(key);
+  if (journal_) note(Change::Kind::kAppend, key, value);
   wake_all(key, woken);
 }
 
@@ -257,6 +257,10 @@ void State::apply(const Change& c) {
       break;
     case Change::Kind::kQueuePop:
       (void)queue_pop(c.key);
+      break;
+    case Change::Kind::kAppend:
+      kv_[c.key].append(c.value);
+      note(c.kind, c.key, c.value);
       break;
   }
 }

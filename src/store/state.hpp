@@ -19,13 +19,14 @@ using ClientId = uint64_t;
 using Wakeups = std::vector<ClientId>;
 
 // One change to the data, as a standby applies it (store/replica.hpp): the
-// key's whole new value, its removal, a queue's new tail, a queue's pop.
+// key's whole new value, its removal, a queue's new tail, a queue's pop,
+// bytes appended to a key's value (APPEND: not the whole value again).
 // Waits are a connection's, not data: they are not changes.
 struct Change {
-  enum class Kind : uint8_t { kPut = 1, kErase = 2, kQueuePush = 3, kQueuePop = 4 };
+  enum class Kind : uint8_t { kPut = 1, kErase = 2, kQueuePush = 3, kQueuePop = 4, kAppend = 5 };
   Kind kind = Kind::kPut;
   std::string key;
-  std::string value;  // kPut, kQueuePush
+  std::string value;  // kPut, kQueuePush, kAppend
   bool operator==(const Change&) const = default;
 };
 

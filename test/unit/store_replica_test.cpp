@@ -48,15 +48,48 @@ std::string ack(uint64_t seq) {
   return out;
 }
 
+// A store, its standby and the standby's follower, attached.
+struct StoreWithStandby {
+  static elasticrun::store::ServerOptions standby_options() {
+    elasticrun::store::ServerOptions o;
+    o.standby = true;
+    return o;
+  }
+  static StandbyFollower::Options follower_options(const ServerFixture& primary,
+                                                   const ServerFixture& standby) {
+    StandbyFollower::Options fo;
+    fo.primary_host = "127.0.0.1";
+    fo.primary_port = primary.port();
+    fo.endpoint = "127.0.0.1:" + std::to_string(standby.port());
+    fo.probe_timeout = std::chrono::milliseconds(300);
+    return fo;
+  }
+  StoreWithStandby() {
+    REQUIRE(primary.eventually([](const auto& s) { return s.has_standby; }));
+  }
+  // The options of a client that knows the standby.
+  StoreClientOptions client_options() const {
+    StoreClientOptions o;
+    o.connect_timeout = std::chrono::seconds(20);
+    o.timeout = std::chrono::seconds(20);
+    o.standbys = {{"127.0.0.1", standby.port()}};
+    return o;
+  }
+
+  ServerFixture primary;
+  ServerFixture standby{standby_options()};
+  StandbyFollower follower{follower_options(primary, standby)};
+};
+
 }  // namespace
 
 TEST_CASE("replica records round-trip, and a cut or bad record is told apart", "[replica]") {
   std::string bytes;
   const Change put{Change::Kind::kPut, "/k", std::string("v\0w", 3)};
   elasticrun::store::write_change(bytes, 7, put);
-  elasticrun::store::write_synced(bytes, 9);
+  elasticrun::store::write_synced(bytes, 9, 0xfeedULL);
   ReplicaRecord rec;
-  for (size_t cut = 0; cut < bytes.size() - 9; ++cut) {
+  for (size_t cut = 0; cut < bytes.size() - 17; ++cut) {
     CHECK(parse_replica_record(bytes.substr(0, cut), Limits{}, rec).status ==
           ParseStatus::kIncomplete);
   }
@@ -69,6 +102,7 @@ TEST_CASE("replica records round-trip, and a cut or bad record is told apart", "
   REQUIRE(r.status == ParseStatus::kComplete);
   CHECK(rec.tag == ReplicaRecord::Tag::kSynced);
   CHECK(rec.seq == 9);
+  CHECK(rec.store_id == 0xfeedULL);
 
   std::string bad = bytes;
   bad[0] = 9;
@@ -76,7 +110,7 @@ TEST_CASE("replica records round-trip, and a cut or bad record is told apart", "
   CHECK(r.status == ParseStatus::kInvalid);
   CHECK_THAT(r.error, Catch::Contains("unknown tag"));
   bad = bytes;
-  bad[9] = 5;  // the change's kind
+  bad[9] = 6;  // the change's kind
   CHECK(parse_replica_record(bad, Limits{}, rec).status == ParseStatus::kInvalid);
   Limits small;
   small.max_key_size = 1;
@@ -216,22 +250,12 @@ TEST_CASE("a second standby and a bad acknowledgement are refused", "[replica][s
 
 TEST_CASE("a client moves to the standby when the store's host is lost, and finds what it saw",
           "[replica][server]") {
-  ServerFixture primary;
-  elasticrun::store::ServerOptions standby_options;
-  standby_options.standby = true;
-  ServerFixture standby(standby_options);
-  StandbyFollower::Options fo;
-  fo.primary_host = "127.0.0.1";
-  fo.primary_port = primary.port();
-  fo.endpoint = "127.0.0.1:" + std::to_string(standby.port());
-  fo.probe_timeout = std::chrono::milliseconds(300);
-  StandbyFollower follower(fo);
-  REQUIRE(primary.eventually([](const auto& s) { return s.has_standby; }));
-
-  StoreClientOptions o;
-  o.connect_timeout = std::chrono::seconds(20);
-  o.timeout = std::chrono::seconds(20);
-  o.standbys = {{"127.0.0.1", standby.port()}};
+  StoreWithStandby pair;
+  ServerFixture& primary = pair.primary;
+  ServerFixture& standby = pair.standby;
+  StandbyFollower& follower = pair.follower;
+  const std::string standby_endpoint = "127.0.0.1:" + std::to_string(standby.port());
+  const StoreClientOptions o = pair.client_options();
   StoreClient c = StoreClient::connect("127.0.0.1", primary.port(), o);
   c.set("a", "1");
   CHECK(c.add("n", 5) == 5);
@@ -250,7 +274,7 @@ TEST_CASE("a client moves to the standby when the store's host is lost, and find
   CHECK_THAT(follower.why(), Catch::Contains("closed the stream"));
   standby.server().promote(follower.take());
   CHECK(c.get("a") == "1");  // the same client, now on the standby
-  CHECK(c.endpoint() == fo.endpoint);
+  CHECK(c.endpoint() == standby_endpoint);
   CHECK(c.add("n", 1) == 6);
   CHECK(c.queue_pop("q") == "x");
   StoreClient late = StoreClient::connect("127.0.0.1", primary.port(), o);
@@ -279,4 +303,43 @@ TEST_CASE("a call that cannot be repeated says the store moved when its connecti
   CHECK(other.get("seen") == "1");
   other.set("later", "2");
   CHECK(waited.get() == "2");
+}
+
+TEST_CASE("a standby that stops acknowledging is detached and the store serves on",
+          "[replica][server]") {
+  elasticrun::store::ServerOptions o;
+  o.standby_ack_timeout = std::chrono::milliseconds(300);
+  ServerFixture fx(o);
+  RawConnection mute(fx.port());  // attaches, then never acknowledges (its host is gone)
+  std::string f = frames::validate() + frames::ping(1);
+  RequestWriter(f).type(QueryType::kReplicate).bytes("mute");
+  mute.send(f);
+  REQUIRE(mute.read_u32() == 1);
+  StoreClient c = fx.client();
+  CHECK(c.add("n", 1) == 1);  // held until the standby is given up on
+  CHECK_FALSE(fx.stats().has_standby);
+  CHECK(mute.closed_by_server());
+  // After the standby went, writes are answered at once again.
+  CHECK(c.add("n", 1) == 2);
+}
+
+TEST_CASE("with a standby, a SET returns once the standby has it, and APPEND sends only the bytes",
+          "[replica][server]") {
+  StoreWithStandby pair;
+  ServerFixture& primary = pair.primary;
+  ServerFixture& standby = pair.standby;
+  StandbyFollower& follower = pair.follower;
+  const StoreClientOptions o = pair.client_options();
+  StoreClient c = StoreClient::connect("127.0.0.1", primary.port(), o);
+  c.set("k", "v");
+  const uint64_t before = follower.applied();
+  CHECK(before >= 1);  // set() came back after the standby applied it
+  c.append("log", std::string(1000, 'a'));
+  c.append("log", "b");
+  CHECK(follower.applied() == before + 2);
+  primary.stop();
+  REQUIRE(follower.wait_lost(std::chrono::seconds(10)));
+  standby.server().promote(follower.take());
+  CHECK(c.get("log") == std::string(1000, 'a') + "b");
+  CHECK(c.get("k") == "v");
 }
