@@ -135,7 +135,7 @@ def main() -> int:
         f"{med['standby']:,.0f} ops/s | {ratio:.3f} |\n\n"
         f"Takeover, from SIGKILL of the primary to the standby answering as the store: "
         f"{take_ms:.0f} ms (median; the follower sees the stream end at once and the "
-        f"primary's port refused twice, then promotes).\n\n"
+        f"primary's port not answering a handshake, then promotes).\n\n"
         "Every reply after a write waits for the standby's acknowledgement, so a write costs "
         "one more round trip and the standby's CPU; on this 2-core machine the primary, the "
         "standby and the load generator share the cores.\n\n"

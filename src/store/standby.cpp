@@ -166,13 +166,19 @@ std::string StandbyFollower::follow_once() {
 }
 
 bool StandbyFollower::primary_answers() const {
-  // Refused twice is an answer: nothing listens there (a live primary
-  // does); a host that vanished lets the attempt time out.
-  util::ConnectOptions once;
-  once.max_attempts = 2;
-  auto s = util::Socket::connect(options_.primary_host, options_.primary_port,
-                                 Deadline::after(options_.probe_timeout), once);
-  return s.is_ok();
+  // A store that answers: the whole handshake, PING's echo included. A
+  // port that only accepts is not enough: a primary being killed can
+  // complete a TCP handshake after its stream to us is already closed.
+  StoreClientOptions o;
+  o.connect_timeout = options_.probe_timeout;
+  o.timeout = options_.probe_timeout;
+  o.secret = options_.secret;
+  try {
+    (void)StoreClient::connect(options_.primary_host, options_.primary_port, o);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 }  // namespace elasticrun::store

@@ -41,8 +41,8 @@ class StandbyFollower {
     std::string secret;    // the job's, when its store asks for one
     // How long a stream may be silent before the primary is tried.
     std::chrono::milliseconds silence{std::chrono::seconds(10)};
-    // How long the primary's port is tried before it counts as lost (refused
-    // twice counts at once).
+    // How long the primary is tried (a whole handshake) before it counts as
+    // lost.
     std::chrono::milliseconds probe_timeout{std::chrono::seconds(1)};
   };
 

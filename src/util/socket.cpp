@@ -159,8 +159,7 @@ Result<Socket> Socket::connect(const std::string& host, uint16_t port, Deadline 
       return Status(last_err, "connect to " + endpoint + " failed (" + attempts + ")");
     }
     auto delay = backoff.next();
-    if (deadline.remaining() <= delay ||
-        (options.max_attempts > 0 && attempt >= options.max_attempts)) {
+    if (deadline.remaining() <= delay) {
       return Status(last_err, "connect to " + endpoint + " gave up after " +
                                   std::to_string(attempt) + " attempts (" + attempts + ")");
     }

@@ -23,8 +23,6 @@ struct ConnectOptions {
   // Upper bound for one connect() attempt, so a black-holed SYN does not eat
   // the whole deadline in a single try.
   std::chrono::milliseconds attempt_timeout{5000};
-  // Attempts at most; 0: until the deadline.
-  int max_attempts = 0;
 };
 
 class Socket {
