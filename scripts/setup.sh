@@ -11,7 +11,9 @@ cd "$(dirname "$0")/.."
 # test_metrics_api.py), tmux (elasticctl watch's terminal), Catch2, Debian's PyTorch 1.13
 # (the pre-2.2 TCPStore client the legacy-dialect test talks to), clang with
 # the libFuzzer runtime (scripts/fuzz.sh), SLURM with munge (test_slurm.py
-# starts its own slurmctld and slurmd).
+# starts its own slurmctld and slurmd), etcd and openssl (the etcd
+# rendezvous's tests start their own clusters, over https too; Debian's
+# package starts none where there is no systemd).
 APT_PACKAGES=(
   g++ cmake ninja-build pkg-config
   libuv1-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libyaml-cpp-dev libre2-dev libgloo-dev catch2
@@ -20,6 +22,7 @@ APT_PACKAGES=(
   clang libclang-rt-14-dev
   procps iproute2
   slurm-wlm munge
+  etcd-server openssl
 )
 
 missing=()

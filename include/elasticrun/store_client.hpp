@@ -31,8 +31,9 @@
 namespace elasticrun {
 
 namespace store {
+class Backend;
 class StandbyFollower;
-}
+}  // namespace store
 
 struct StoreClientOptions {
   // How long connect() keeps retrying a store that refuses or does not answer.
@@ -52,6 +53,11 @@ struct StoreClientOptions {
   // what asking once does (add, append, queue_push, queue_pop and barrier
   // throw NetworkError instead: whether they took effect is unknown).
   std::vector<std::pair<std::string, uint16_t>> standbys = {};
+  // On etcd (the rendezvous's etcd backend), the keys this client writes
+  // live on a lease of this TTL that its writes renew: etcd removes them
+  // within the TTL of the client's last write. Zero: keys live until
+  // deleted. A TCPStore keeps keys for its own life and ignores it.
+  std::chrono::milliseconds key_ttl{0};
 };
 
 class StoreClient {
@@ -121,14 +127,17 @@ class StoreClient {
   // Round trip; returns the time it took.
   Duration ping(Duration timeout = kDefault);
 
-  // "host:port" of the store.
+  // "host:port" of the store (of the etcd member in use, for etcd).
   const std::string& endpoint() const;
+
+  // A client over another kind of server than a TCPStore: elasticrun's
+  // etcd rendezvous (docs/protocol.md, "etcd") makes its clients so. The
+  // backend's type is private to the library; users call connect().
+  explicit StoreClient(std::unique_ptr<store::Backend> backend);
 
  private:
   friend class store::StandbyFollower;  // takes over a connection for its stream
-  struct Impl;
-  explicit StoreClient(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<store::Backend> backend_;
 };
 
 }  // namespace elasticrun

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "cli/launch_config.hpp"
 #include "commands.hpp"
 #include "ctl/ctl_requests.hpp"
 #include "ctl/job_connection.hpp"
@@ -25,6 +26,9 @@ struct JobOptions {
   double timeout_s = 60;
   // The job secret's file, when the job has one (else $ELASTICRUN_SECRET_FILE).
   std::optional<std::string> secret_file;
+  // c10d (elasticrun's store), or etcd / etcd-v2 and their https settings.
+  std::string backend = "c10d";
+  std::string rdzv_conf;
 };
 
 std::chrono::milliseconds millis(double seconds) {
@@ -52,19 +56,17 @@ const CLI::Validator kPositiveSeconds(
     "SECONDS>0");
 
 void add_job_options(CLI::App* cmd, JobOptions& o, bool waits) {
-  // Checked at parse time, so that a bad endpoint exits 2 with the usage.
-  auto endpoint_check = [](const std::string& text) -> std::string {
-    try {
-      ctl::parse_job_address("endpoint", text, "job");
-      return {};
-    } catch (const ConfigError& e) {
-      return e.what();
-    }
-  };
   cmd->add_option("--rdzv-endpoint,--rdzv_endpoint", o.endpoint,
-                  "The job's rendezvous store, HOST[:PORT] (port 29400 when omitted)")
-      ->required()
-      ->check(CLI::Validator(endpoint_check, "HOST[:PORT]", "endpoint"));
+                  "The job's rendezvous store, HOST[:PORT] (port 29400 when omitted); for etcd "
+                  "its members, HOST[:PORT],... (port 2379)")
+      ->required();
+  cmd->add_option("--rdzv-backend,--rdzv_backend", o.backend,
+                  "The job's --rdzv-backend: c10d (elasticrun's store), etcd or etcd-v2")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"c10d", "elasticrun", "etcd", "etcd-v2"}));
+  cmd->add_option("--rdzv-conf,--rdzv_conf", o.rdzv_conf,
+                  "The job's --rdzv-conf; for etcd over https its protocol, cacert, cert and key "
+                  "are read (other keys are not)");
   cmd->add_option("--rdzv-id,--rdzv_id", o.run_id, "The job's --rdzv-id")->required();
   cmd->add_option("--connect-timeout", o.connect_timeout_s,
                   "Seconds to keep trying to reach the store")
@@ -82,7 +84,9 @@ void add_job_options(CLI::App* cmd, JobOptions& o, bool waits) {
 
 // The job, with its secret; throws ConfigError.
 ctl::JobAddress job_address(const JobOptions& o) {
-  ctl::JobAddress job = ctl::parse_job_address("--rdzv-endpoint", o.endpoint, o.run_id);
+  ctl::JobAddress job = ctl::parse_job_address("--rdzv-endpoint", o.endpoint, o.run_id,
+                                               o.backend == "elasticrun" ? "c10d" : o.backend,
+                                               cli::parse_rdzv_conf("--rdzv-conf", o.rdzv_conf));
   job.secret = util::job_secret(o.secret_file, "--secret-file").value_or("");
   return job;
 }

@@ -63,7 +63,7 @@ std::string signal_list(const std::vector<int>& signals) {
 
 nlohmann::json agent_start_fields(const AgentConfig& c) {
   return {{"run_id", c.dynamic ? c.rdzv.run_id : c.run_id},
-          {"backend", c.dynamic      ? "c10d"
+          {"backend", c.dynamic      ? (c.rdzv.etcd ? "etcd" : "c10d")
                       : c.standalone ? "standalone"
                                      : "static"},
           {"min_nodes", c.dynamic ? c.rdzv.sizes.min_replicas : c.nnodes},

@@ -43,7 +43,7 @@ void AgentJobControl::on_event(const events::Event& e) {
 
 ctl::JobAddress AgentJobControl::job() const {
   return {config_.rdzv.store_host, static_cast<uint16_t>(config_.rdzv.store_port),
-          config_.rdzv.run_id, config_.rdzv.secret};
+          config_.rdzv.run_id, config_.rdzv.secret, config_.rdzv.etcd};
 }
 
 // A connection per request, closed with it: API calls are rare, and a
@@ -70,7 +70,7 @@ nlohmann::json AgentJobControl::status() {
     node["ranks"] = std::move(ranks);
   }
   nlohmann::json out = {{"run_id", config_.dynamic ? config_.rdzv.run_id : config_.run_id},
-                        {"backend", config_.dynamic      ? "c10d"
+                        {"backend", config_.dynamic      ? (config_.rdzv.etcd ? "etcd" : "c10d")
                                     : config_.standalone ? "standalone"
                                                          : "static"},
                         {"node", node}};

@@ -10,6 +10,7 @@
 
 #include "agent/cuda_devices.hpp"
 #include "cli/parse.hpp"
+#include "ctl/job_connection.hpp"
 #include "elasticrun/errors.hpp"
 #include "util/host_name.hpp"
 #include "util/secret.hpp"
@@ -126,6 +127,12 @@ const std::set<std::string> kRdzvConfKeys = {
     "heartbeat_interval", "missed_heartbeats", "rejoin_timeout",      "use_libuv",
     "secret_file",        "standby_endpoint"};
 
+// --rdzv-conf keys of the etcd backends besides those: torchrun's etcd
+// (protocol, cacert, cert, key) and etcd-v2 (ca_cert, ssl_cert,
+// ssl_cert_key) spellings of the same four things, either name.
+const std::set<std::string> kEtcdConfKeys = {"protocol", "cacert",   "cert",        "key",
+                                             "ca_cert",  "ssl_cert", "ssl_cert_key"};
+
 AgentConfig::HostStore host_store(const std::map<std::string, std::string>& conf) {
   auto it = conf.find("is_host");
   if (it == conf.end()) return AgentConfig::HostStore::kAuto;
@@ -139,19 +146,33 @@ AgentConfig::HostStore host_store(const std::map<std::string, std::string>& conf
 // endpoint, --rdzv-conf and the elastic sizes.
 void plan_dynamic(const cli::LaunchConfig& c, AgentConfig& a) {
   const auto& conf = c.rdzv_conf;
+  const bool on_etcd = c.rdzv_backend != "c10d";
   for (const auto& [key, value] : conf) {
-    if (!kRdzvConfKeys.count(key)) {
-      throw ConfigError("--rdzv-conf " + key + "=" + value +
-                        ": unknown key for the c10d backend (known: join_timeout, "
+    if (!kRdzvConfKeys.count(key) && !(on_etcd && kEtcdConfKeys.count(key))) {
+      throw ConfigError("--rdzv-conf " + key + "=" + value + ": unknown key for the " +
+                        c.rdzv_backend +
+                        " backend (known: join_timeout, "
                         "last_call_timeout, keep_alive_interval, keep_alive_max_attempt, "
                         "heartbeat_interval, missed_heartbeats, rejoin_timeout, is_host, "
-                        "read_timeout, secret_file, standby_endpoint)");
+                        "read_timeout, secret_file, standby_endpoint" +
+                        (on_etcd ? ", protocol, cacert, cert, key)" : ")"));
     }
   }
-  const cli::HostPort ep = cli::parse_endpoint("--rdzv-endpoint", c.rdzv_endpoint, 29400);
   auto& r = a.rdzv;
-  r.store_host = ep.host;
-  r.store_port = ep.port;
+  if (on_etcd) {
+    r.etcd =
+        ctl::parse_job_address("--rdzv-endpoint", c.rdzv_endpoint, c.rdzv_id, c.rdzv_backend, conf)
+            .etcd;
+    if (conf.count("standby_endpoint")) {
+      throw ConfigError(
+          "--rdzv-conf standby_endpoint: not with etcd, which keeps its own replicas (give "
+          "every member in --rdzv-endpoint)");
+    }
+  } else {
+    const cli::HostPort ep = cli::parse_endpoint("--rdzv-endpoint", c.rdzv_endpoint, 29400);
+    r.store_host = ep.host;
+    r.store_port = ep.port;
+  }
   r.run_id = c.rdzv_id;
   r.host = c.local_addr.value_or(util::host_name());
   r.node_id = r.host + "-" + std::to_string(::getpid()) + "-" + random_token();
@@ -174,7 +195,7 @@ void plan_dynamic(const cli::LaunchConfig& c, AgentConfig& a) {
   std::optional<std::string> secret_file;
   if (auto it = conf.find("secret_file"); it != conf.end()) secret_file = it->second;
   r.secret = util::job_secret(secret_file, "--rdzv-conf secret_file").value_or("");
-  a.host_store = host_store(conf);
+  a.host_store = on_etcd ? AgentConfig::HostStore::kNo : host_store(conf);
   if (auto it = conf.find("standby_endpoint"); it != conf.end()) {
     // Where the store's standby serves: fixed in advance, so that every
     // agent knows where to go when the store's host is lost.
@@ -231,17 +252,19 @@ void plan_rendezvous(const cli::LaunchConfig& c, AgentConfig& a) {
           "c10d), and a static job's store serves PyTorch workers, which cannot authenticate "
           "(docs/security.md)");
     }
-  } else if (c.rdzv_backend == "c10d" && c.nnodes_max == 1) {
+  } else if (c.nnodes_max == 1) {
     // One node: nobody to rendezvous with; host a fresh store per attempt.
     a.standalone = true;
-  } else if (c.rdzv_backend == "c10d") {
+    if (c.rdzv_backend != "c10d") {
+      a.notes.push_back("--rdzv-backend " + c.rdzv_backend +
+                        ": not used by a job of one node, which needs no rendezvous");
+    }
+  } else {
+    // c10d on elasticrun's store, or etcd and etcd-v2 on an etcd cluster:
+    // one rendezvous protocol over either (docs/protocol.md).
     a.standalone = false;
     a.dynamic = true;
     plan_dynamic(c, a);
-  } else {
-    throw ConfigError("--rdzv-backend " + c.rdzv_backend +
-                      " is not supported; use c10d (or its synonym elasticrun), static, or "
-                      "--standalone");
   }
 }
 

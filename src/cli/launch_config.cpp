@@ -368,6 +368,32 @@ HostPort parse_endpoint(std::string_view what, std::string_view text, int defaul
   return {std::string(host), port};
 }
 
+EtcdEndpoints parse_etcd_endpoints(std::string_view what, std::string_view text) {
+  EtcdEndpoints out;
+  if (strip(text).empty()) {  // as torchrun: etcd on this machine
+    out.members.push_back({"localhost", kEtcdPort});
+    return out;
+  }
+  for (std::string_view rest = strip(text);;) {
+    const size_t comma = rest.find(',');
+    std::string_view one = strip(rest.substr(0, comma));
+    for (const auto& [scheme, tls] : {std::pair{"http://", false}, std::pair{"https://", true}}) {
+      if (one.substr(0, std::string_view(scheme).size()) != scheme) continue;
+      if (out.tls && *out.tls != tls) fail(what, text, "the endpoints mix http:// and https://");
+      out.tls = tls;
+      one.remove_prefix(std::string_view(scheme).size());
+    }
+    if (!one.empty() && one.back() == '/') one.remove_suffix(1);
+    if (one.empty()) fail(what, text, "an empty endpoint in the list");
+    HostPort hp = parse_endpoint(what, one, kEtcdPort);
+    if (hp.port == 0) fail(what, text, "an etcd member's port cannot be 0");
+    out.members.push_back(std::move(hp));
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  return out;
+}
+
 std::string to_json(const LaunchConfig& c) {
   nlohmann::ordered_json signals = nlohmann::ordered_json::array();
   for (int signo : c.signals_to_handle) signals.push_back(signo);

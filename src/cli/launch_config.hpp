@@ -178,6 +178,17 @@ std::vector<std::string> split_shell_words(std::string_view what, std::string_vi
 // endpoint is localhost:default_port; a missing port is default_port (-1: required).
 HostPort parse_endpoint(std::string_view what, std::string_view text, int default_port);
 
+// etcd's client port, the default of --rdzv-backend etcd and etcd-v2.
+inline constexpr int kEtcdPort = 2379;
+// An etcd cluster's endpoints: "host[:port]" (port 2379 by default), each
+// optionally as a URL ("http://host:port", "https://host:port"), several
+// separated by commas. `tls` is what the URLs said (nullopt: none said).
+struct EtcdEndpoints {
+  std::vector<HostPort> members;
+  std::optional<bool> tls;
+};
+EtcdEndpoints parse_etcd_endpoints(std::string_view what, std::string_view text);
+
 std::string signal_name(int signo);
 
 // The configuration as one JSON object (test/tools/cli_dump prints it).

@@ -123,7 +123,11 @@ void derive_rendezvous(LaunchConfig& c, const Given& g) {
     }
     return;
   }
-  parse_endpoint(origin(g, Flag::kRdzvEndpoint), c.rdzv_endpoint, b == "c10d" ? 29400 : 2379);
+  if (b == "c10d") {
+    parse_endpoint(origin(g, Flag::kRdzvEndpoint), c.rdzv_endpoint, 29400);
+  } else {
+    parse_etcd_endpoints(origin(g, Flag::kRdzvEndpoint), c.rdzv_endpoint);
+  }
   if (c.node_rank != 0) {
     c.notes.push_back(origin(g, Flag::kNodeRank) + " " + std::to_string(c.node_rank) +
                       ": ignored; only the static backend uses it");
@@ -187,7 +191,7 @@ void derive_notes(LaunchConfig& c, const Given& g) {
   } else if (given(g, Flag::kServerHost)) {
     note(Flag::kServerHost, "no server without --server-port or --metrics-port");
   }
-  if (c.inprocess_restart && !(c.rdzv_backend == "c10d" && c.nnodes_max > 1)) {
+  if (c.inprocess_restart && !(c.rdzv_backend != "static" && c.nnodes_max > 1)) {
     note(Flag::kInprocessRestart,
          "ignored in a fixed job (standalone, static): it re-forms workers across the rounds "
          "of an elastic one (--rdzv-backend c10d)");

@@ -1,12 +1,16 @@
-// How elasticctl reaches a running job: the rendezvous store at
-// --rdzv-endpoint, with the job's key prefix (/elasticrun/<rdzv-id>/).
+// How elasticctl (and an agent) reaches a running job: the rendezvous store
+// at --rdzv-endpoint, or the etcd cluster there for --rdzv-backend etcd, with
+// the job's key prefix (/elasticrun/<rdzv-id>/).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 
 #include "elasticrun/store_client.hpp"
+#include "etcd/gateway.hpp"
 
 namespace elasticrun::ctl {
 
@@ -18,16 +22,24 @@ struct JobAddress {
   uint16_t port = kDefaultPort;
   std::string run_id;
   // The job secret (util/secret.hpp) its store asks for; empty: none.
-  std::string secret;
-  // "host:port", with brackets around IPv6 literals.
+  std::string secret = {};
+  // Set for a job on etcd (--rdzv-backend etcd or etcd-v2): its members
+  // replace host and port.
+  std::optional<etcd::EtcdOptions> etcd = std::nullopt;
+  // "host:port", with brackets around IPv6 literals (the members, for etcd).
   std::string endpoint() const;
 };
 
-// Parses --rdzv-endpoint as torchrun does ("host", "host:port", "[v6]:port";
-// the port defaults to 29400). Port 0 names no store. Throws ConfigError
-// naming `what` (the flag).
+// Parses --rdzv-endpoint as torchrun does for `backend`: for c10d "host",
+// "host:port", "[v6]:port" (the port defaults to 29400; port 0 names no
+// store); for etcd and etcd-v2 one or more members, comma-separated, each
+// "host[:port]" (2379) or an http:// or https:// URL, with https's files
+// from `conf` (torchrun's --rdzv-conf keys protocol, cacert, cert, key, or
+// etcd-v2's ca_cert, ssl_cert, ssl_cert_key; other keys are not read).
+// Throws ConfigError naming `what` (the flag).
 JobAddress parse_job_address(const std::string& what, const std::string& endpoint,
-                             const std::string& run_id);
+                             const std::string& run_id, const std::string& backend = "c10d",
+                             const std::map<std::string, std::string>& conf = {});
 
 // The job is not on that store: nobody ever opened a round under its id.
 class NoSuchJob : public Error {

@@ -6,9 +6,12 @@
 namespace elasticrun::rendezvous {
 
 namespace {
-// A beat that takes longer than the stall limit is as good as missing.
+// A beat that takes longer than the stall limit is as good as missing. On
+// etcd the beat lives on a lease of twice that limit: the key of an agent
+// that died goes away, while the stall limit still decides first.
 StoreClient connect_for(const RendezvousConfig& c, std::chrono::milliseconds connect_timeout) {
-  return connect_store(c, connect_timeout, c.heartbeat_interval * c.missed_heartbeats);
+  const auto stall = c.heartbeat_interval * c.missed_heartbeats;
+  return connect_store(c, connect_timeout, stall, 2 * stall);
 }
 }  // namespace
 

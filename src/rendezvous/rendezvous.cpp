@@ -5,6 +5,7 @@
 #include <sstream>
 #include <thread>
 
+#include "etcd/etcd_backend.hpp"
 #include "events/types.hpp"
 #include "rendezvous/heartbeat.hpp"
 #include "util/deadline.hpp"
@@ -29,11 +30,16 @@ struct Rendezvous::Candidate {
   bool unlisted = false;  // the host discovery script does not list its host
 };
 
-StoreClient connect_store(const RendezvousConfig& c, Millis connect_timeout, Millis timeout) {
+StoreClient connect_store(const RendezvousConfig& c, Millis connect_timeout, Millis timeout,
+                          Millis key_ttl) {
   StoreClientOptions o;
   o.key_prefix = keys::prefix(c.run_id);
   o.connect_timeout = connect_timeout;
   o.timeout = timeout;
+  if (c.etcd) {
+    o.key_ttl = key_ttl;
+    return etcd::connect(*c.etcd, o);
+  }
   o.secret = c.secret;
   if (!c.standby_host.empty()) {
     o.standbys.emplace_back(c.standby_host, static_cast<uint16_t>(c.standby_port));
@@ -177,7 +183,7 @@ void Rendezvous::wait_for_close(uint64_t round, int64_t my_index) {
     if (closer_hb.empty()) {
       closer_hb = keys::heartbeat(JoinRecord::parse(client_.get(keys::join(round, 1))).node_id);
     }
-    if (heartbeat_stale(client_.get(closer_hb), now_unix_ms(), stale_after)) {
+    if (heartbeat_stale(client_.get_present(closer_hb), now_unix_ms(), stale_after)) {
       util::logger("rendezvous")
           ->warn("round {}: the closing agent's heartbeat stopped; closing the round here", round);
       close_round(round, my_index);
@@ -338,7 +344,9 @@ std::vector<Rendezvous::Candidate> Rendezvous::candidates(uint64_t round) {
     recs.push_back(Candidate{JoinRecord::parse(values[static_cast<size_t>(i - 1)]), i});
     beat_keys.push_back(keys::heartbeat(recs.back().record.node_id));
   }
-  const auto beats = client_.multi_get(beat_keys);
+  // Present reads: on etcd a dead agent's heartbeat is removed with its
+  // lease, and an absent beat is a stale one.
+  const auto beats = client_.multi_get_present(beat_keys);
   const health::ExclusionState excl = exclusions();
   const std::optional<HostList> listed = allowed_hosts();
   const int64_t now_ms = now_unix_ms();
@@ -447,7 +455,7 @@ int Rendezvous::wait_for_survivors(uint64_t round, int target, int survivors, Mi
         }
       }
       if (!hb.empty()) {
-        const auto beats = client_.multi_get(hb);
+        const auto beats = client_.multi_get_present(hb);
         for (size_t i = 0; i < out.size(); ++i) {
           if (heartbeat_stale(beats[i], now_unix_ms(),
                               config_.heartbeat_interval * config_.missed_heartbeats)) {
@@ -553,7 +561,7 @@ int Rendezvous::live_waiting_after(uint64_t round) {
   if (beats.empty()) return 0;
   int alive = 0;
   const int64_t now_ms = now_unix_ms();
-  for (const auto& b : client_.multi_get(beats)) {
+  for (const auto& b : client_.multi_get_present(beats)) {
     alive +=
         heartbeat_stale(b, now_ms, config_.heartbeat_interval * config_.missed_heartbeats) ? 0 : 1;
   }

@@ -31,6 +31,7 @@
 
 #include "elastic/policy.hpp"
 #include "elasticrun/store_client.hpp"
+#include "etcd/gateway.hpp"
 #include "events/event_log.hpp"
 #include "health/exclusion.hpp"
 #include "health/restart_policy.hpp"
@@ -41,8 +42,13 @@
 namespace elasticrun::rendezvous {
 
 struct RendezvousConfig {
+  // The rendezvous store: elasticrun's (an agent's or `elasticctl store`)
+  // at store_host:store_port, or an etcd cluster when `etcd` is set
+  // (--rdzv-backend etcd or etcd-v2; docs/protocol.md, "etcd"), whose
+  // members then replace the store and its standby.
   std::string store_host;
   int store_port = 29400;
+  std::optional<etcd::EtcdOptions> etcd;
   std::string run_id = "none";
   // Unique per agent process (host-pid-random); names its heartbeat key.
   std::string node_id;
@@ -99,8 +105,11 @@ struct RendezvousConfig {
 
 // A connection of this agent to the rendezvous store, under the job's key
 // prefix and with its secret, moving to the store's standby when there is
-// one and the store's host is lost; `timeout` bounds every call on it.
-StoreClient connect_store(const RendezvousConfig& c, Millis connect_timeout, Millis timeout);
+// one and the store's host is lost (on etcd: to another member when one
+// fails); `timeout` bounds every call on it. `key_ttl`: on etcd, what this
+// connection writes lives on a lease of that TTL (StoreClientOptions).
+StoreClient connect_store(const RendezvousConfig& c, Millis connect_timeout, Millis timeout,
+                          Millis key_ttl = Millis(0));
 
 // One node's place in a closed round.
 struct Assignment {

@@ -119,7 +119,9 @@ void RoundWatch::lead(const std::vector<Member>& members, elastic::Policy& polic
 
   std::vector<std::string> hb_keys;
   for (const auto& m : members) hb_keys.push_back(keys::heartbeat(m.node_id));
-  const auto beats = store.multi_get(hb_keys, c.heartbeat_interval * c.missed_heartbeats);
+  // A present read: an absent beat is a lost member's (on etcd, removed
+  // with its lease).
+  const auto beats = store.multi_get_present(hb_keys, c.heartbeat_interval * c.missed_heartbeats);
   elastic::Observation o;
   o.now = wall_now();
   o.current = static_cast<int>(members.size());
@@ -288,7 +290,7 @@ bool RoundWatch::end_for_unlisted(const std::vector<Member>& members) {
 void RoundWatch::follow() {
   const auto& c = rdzv_->config();
   const Assignment& a = options_.assignment;
-  const std::string beat = rdzv_->client().get(keys::heartbeat(a.leader_node_id));
+  const std::string beat = rdzv_->client().get_present(keys::heartbeat(a.leader_node_id));
   if (!heartbeat_stale(beat, now_unix_ms(), c.heartbeat_interval * c.missed_heartbeats)) return;
   EndRecord r;
   r.kind = EndKind::kReplace;

@@ -1,255 +1,112 @@
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <optional>
-#include <thread>
-
+// StoreClient forwards every call to its backend (store/backend.hpp): the
+// TCPStore wire protocol (store/tcp_backend.cpp) or etcd (src/etcd/).
 #include "elasticrun/store_client.hpp"
-#include "store/auth.hpp"
-#include "store/frame.hpp"
-#include "store/replica.hpp"
+#include "store/backend.hpp"
 #include "store/standby.hpp"
-#include "util/hmac.hpp"
-#include "util/logging.hpp"
-#include "util/socket.hpp"
+#include "store/tcp_backend.hpp"
 #include "util/strings.hpp"
 
 namespace elasticrun {
 
-using store::QueryType;
-using store::RequestWriter;
-using util::Deadline;
+StoreClient::StoreClient(std::unique_ptr<store::Backend> backend) : backend_(std::move(backend)) {}
+StoreClient::StoreClient(StoreClient&&) noexcept = default;
+StoreClient& StoreClient::operator=(StoreClient&&) noexcept = default;
+StoreClient::~StoreClient() = default;
 
-// How long one endpoint is tried when the store has standbys.
-constexpr std::chrono::milliseconds kEndpointTry{1000};
+StoreClient StoreClient::connect(const std::string& host, uint16_t port,
+                                 StoreClientOptions options) {
+  return StoreClient(store::TcpBackend::connect(host, port, std::move(options)));
+}
 
-struct StoreClient::Impl {
-  util::Socket sock;
-  std::string endpoint;
-  StoreClientOptions options;
-  bool broken = false;  // the stream is out of sync: refuse further calls
-  // The store's own endpoint, then its standbys'; `current` serves now.
-  std::vector<std::pair<std::string, uint16_t>> endpoints;
-  size_t current = 0;
+const std::string& StoreClient::endpoint() const {
+  return backend_->endpoint();
+}
 
-  static void open(Impl* impl, const std::string& host, uint16_t port, Deadline dl);
+void StoreClient::set(std::string_view key, std::string_view value, Duration timeout) {
+  backend_->set(key, value, timeout);
+}
 
-  // Connects to whichever endpoint serves, starting with the current one;
-  // with standbys each is tried briefly in turn until `dl`.
-  void reconnect(Deadline dl) {
-    if (endpoints.size() == 1) {
-      open(this, endpoints[0].first, endpoints[0].second, dl);
-      return;
-    }
-    std::string errors;
-    for (size_t n = 0;; ++n) {
-      const size_t i = (current + n) % endpoints.size();
-      const Deadline one = Deadline::after(std::min<Duration>(dl.remaining(), kEndpointTry));
-      try {
-        open(this, endpoints[i].first, endpoints[i].second, one);
-        current = i;
-        return;
-      } catch (const ConfigError&) {
-        throw;  // the secrets differ: another endpoint would not change that
-      } catch (const Error& e) {
-        if (n < endpoints.size()) errors += std::string(errors.empty() ? "" : "; ") + e.what();
-      }
-      if (dl.expired()) {
-        throw NetworkError("store: neither it nor a standby serves (" + errors + ")");
-      }
-      if (i + 1 == endpoints.size()) std::this_thread::sleep_for(kEndpointTry / 10);
-    }
+std::string StoreClient::get(std::string_view key, Duration timeout) {
+  return backend_->get(key, timeout);
+}
+
+std::string StoreClient::get_present(std::string_view key, Duration timeout) {
+  return backend_->get_present(key, timeout);
+}
+
+int64_t StoreClient::add(std::string_view key, int64_t delta, Duration timeout) {
+  return backend_->add(key, delta, timeout);
+}
+
+std::string StoreClient::compare_set(std::string_view key, std::string_view expected,
+                                     std::string_view desired, Duration timeout) {
+  return backend_->compare_set(key, expected, desired, timeout);
+}
+
+bool StoreClient::check(const std::vector<std::string>& keys, Duration timeout) {
+  return backend_->check(keys, timeout);
+}
+
+void StoreClient::wait(const std::vector<std::string>& keys, Duration timeout) {
+  backend_->wait(keys, timeout);
+}
+
+int64_t StoreClient::num_keys(Duration timeout) {
+  return backend_->num_keys(timeout);
+}
+
+bool StoreClient::delete_key(std::string_view key, Duration timeout) {
+  return backend_->delete_key(key, timeout);
+}
+
+void StoreClient::append(std::string_view key, std::string_view value, Duration timeout) {
+  backend_->append(key, value, timeout);
+}
+
+std::vector<std::string> StoreClient::multi_get(const std::vector<std::string>& keys,
+                                                Duration timeout) {
+  return backend_->multi_get(keys, timeout);
+}
+
+std::vector<std::string> StoreClient::multi_get_present(const std::vector<std::string>& keys,
+                                                        Duration timeout) {
+  return backend_->multi_get_present(keys, timeout);
+}
+
+void StoreClient::multi_set(const std::vector<std::string>& keys,
+                            const std::vector<std::string>& values, Duration timeout) {
+  if (keys.size() != values.size()) {
+    throw ConfigError("multi_set: " + std::to_string(keys.size()) + " keys but " +
+                      std::to_string(values.size()) + " values");
   }
+  backend_->multi_set(keys, values, timeout);
+}
 
-  // The connection is closed by the peer (an idle client has nothing to
-  // read: anything readable is the end).
-  bool gone() {
-    if (!sock.valid()) return true;
-    auto r = sock.wait_readable(Deadline::after(Duration(0)));
-    return !r.is_ok() || r.value();
-  }
+void StoreClient::queue_push(std::string_view key, std::string_view value, Duration timeout) {
+  backend_->queue_push(key, value, timeout);
+}
 
-  // Runs one call. With standbys, a connection found closed is replaced
-  // before the call, and a call whose connection breaks is repeated on the
-  // endpoint that serves now when `repeatable` (asking twice gives what
-  // asking once does); otherwise it throws NetworkError saying the store
-  // moved and that whether it took effect is unknown.
-  // A connection that timed out mid-call is broken too (fail() says so): a
-  // host that vanished without a FIN is found that way. The repeated call
-  // keeps the first one's deadline (deadline() pins it).
-  template <typename F>
-  auto call(bool repeatable, const char* what, F&& f) -> decltype(f()) {
-    if (endpoints.size() == 1) return f();
-    if (broken || gone()) reconnect(Deadline::after(options.connect_timeout));
-    struct Pin {
-      Impl* impl;
-      explicit Pin(Impl* i) : impl(i) { impl->pinning = true; }
-      ~Pin() {
-        impl->pinning = false;
-        impl->pinned.reset();
-      }
-    } pin(this);
-    std::string failure;
-    try {
-      return f();
-    } catch (const NetworkError& e) {
-      failure = e.what();
-    } catch (const TimeoutError& e) {
-      if (!broken) throw;  // a wait that ran out on a healthy connection
-      failure = e.what();
-    }
-    reconnect(Deadline::after(options.connect_timeout));
-    if (!repeatable) {
-      throw NetworkError(failure + "; the store now serves at " + endpoint + ", and whether this " +
-                         what + " took effect is unknown");
-    }
-    return f();
-  }
+std::string StoreClient::queue_pop(std::string_view key, Duration timeout) {
+  return backend_->queue_pop(key, timeout);
+}
 
-  // Within call(), every deadline of the call is its first one.
-  Deadline deadline(Duration timeout) {
-    if (pinned) return *pinned;
-    const Deadline d = Deadline::after(timeout == kDefault ? options.timeout : timeout);
-    if (pinning) pinned = d;
-    return d;
-  }
-  bool pinning = false;
-  std::optional<Deadline> pinned;
+int64_t StoreClient::queue_len(std::string_view key, Duration timeout) {
+  return backend_->queue_len(key, timeout);
+}
 
-  // With standbys, a request without a reply (SET, MULTI_SET, APPEND,
-  // QUEUE_PUSH) is followed by a PING in the same send, whose echo the
-  // store holds until the standby has the write: the call returns once the
-  // write is safe, and a host lost before that fails it like any call.
-  void send_confirmed(std::string& frame, Deadline dl, const std::string& what) {
-    if (endpoints.size() == 1) return send(frame, dl, what);
-    constexpr uint32_t kConfirm = 0xC0F1;
-    RequestWriter(frame).type(QueryType::kPing).u32(kConfirm);
-    send(frame, dl, what);
-    if (read_fixed<uint32_t>(dl, what) != kConfirm) protocol_error(what, 0);
-  }
+std::vector<std::string> StoreClient::list_keys(Duration timeout) {
+  return backend_->list_keys(timeout);
+}
 
-  std::string wire_key(std::string_view key) const { return options.key_prefix + std::string(key); }
+void StoreClient::barrier(std::string_view key, int64_t world_size, Duration timeout) {
+  backend_->barrier(key, world_size, timeout);
+}
 
-  [[noreturn]] void fail(const util::Status& st, const std::string& what) {
-    // A timeout or reset mid-request leaves an unknown number of reply bytes
-    // in flight; the only safe thing is to stop using the connection.
-    broken = true;
-    sock.close();
-    std::string msg = "store " + endpoint + ": " + what + ": " + st.message();
-    if (st.err() == ETIMEDOUT) throw TimeoutError(msg);
-    throw NetworkError(msg);
-  }
+StoreClient::Duration StoreClient::ping(Duration timeout) {
+  return backend_->ping(timeout);
+}
 
-  void check_usable(const std::string& what) const {
-    if (broken) {
-      throw NetworkError("store " + endpoint + ": " + what +
-                         ": connection unusable after an earlier error");
-    }
-  }
-
-  void send(const std::string& frame, Deadline dl, const std::string& what) {
-    check_usable(what);
-    util::Status st = sock.send_all(frame.data(), frame.size(), dl);
-    if (!st) fail(st, what);
-  }
-
-  template <typename T>
-  T read_fixed(Deadline dl, const std::string& what) {
-    T v{};
-    util::Status st = sock.recv_exact(&v, sizeof(v), dl);
-    if (!st) fail(st, what);
-    return v;
-  }
-
-  // A length-prefixed reply of at most `max` bytes. The store's own limits
-  // are far below the default; a larger length means we are not talking
-  // to a store, and allocating it would be a mistake.
-  std::string read_bytes(Deadline dl, const std::string& what, uint64_t max = 1ull << 32) {
-    auto len = read_fixed<uint64_t>(dl, what);
-    if (len > max) {
-      broken = true;
-      sock.close();
-      throw StoreError("store " + endpoint + ": " + what + ": reply claims " + std::to_string(len) +
-                       " bytes; not a TCPStore?");
-    }
-    std::string s(len, '\0');
-    util::Status st = sock.recv_exact(s.data(), len, dl);
-    if (!st) fail(st, what);
-    return s;
-  }
-
-  // WAIT (or BARRIER) already sent: waits for STOP_WAITING until dl; on
-  // timeout cancels the wait so the connection stays usable, then throws.
-  void await_stop(Deadline dl, const std::string& what) {
-    auto readable = sock.wait_readable(dl);
-    if (!readable.is_ok()) fail(readable.status(), what);
-    if (readable.value()) {
-      expect_byte(static_cast<uint8_t>(store::WaitResponse::kStopWaiting), dl, what);
-      return;
-    }
-    // Timed out. Cancel; the server may have released us just before it saw
-    // the cancel, in which case a STOP_WAITING precedes WAIT_CANCELED.
-    std::string frame;
-    RequestWriter(frame).type(QueryType::kCancelWait);
-    // The cancel is a request like any other: the client's own timeout.
-    Deadline cancel_dl = Deadline::after(options.timeout);
-    send(frame, cancel_dl, what + " (cancel)");
-    auto b = read_fixed<uint8_t>(cancel_dl, what + " (cancel)");
-    if (b == static_cast<uint8_t>(store::WaitResponse::kStopWaiting)) {
-      b = read_fixed<uint8_t>(cancel_dl, what + " (cancel)");
-    }
-    if (b != static_cast<uint8_t>(store::WaitResponse::kWaitCanceled)) {
-      protocol_error(what + " (cancel)", b);
-    }
-    throw TimeoutError("store " + endpoint + ": " + what + ": timed out");
-  }
-
-  void expect_byte(uint8_t want, Deadline dl, const std::string& what) {
-    auto b = read_fixed<uint8_t>(dl, what);
-    if (b != want) protocol_error(what, b);
-  }
-
-  [[noreturn]] void protocol_error(const std::string& what, uint8_t got) {
-    broken = true;
-    sock.close();
-    throw StoreError("store " + endpoint + ": " + what + ": unexpected reply byte " +
-                     std::to_string(got));
-  }
-
-  void wait_keys(const std::vector<std::string>& keys, Deadline dl, const std::string& what) {
-    std::string frame;
-    RequestWriter w(frame);
-    w.type(QueryType::kWait).u64(keys.size());
-    for (const auto& k : keys) w.bytes(wire_key(k));
-    send(frame, dl, what);
-    await_stop(dl, what);
-  }
-
-  // GET and MULTI_GET alone; get() and multi_get() wait for the keys first.
-  std::string get(std::string_view key, Deadline dl, const std::string& what) {
-    std::string frame;
-    RequestWriter(frame).type(QueryType::kGet).bytes(wire_key(key));
-    send(frame, dl, what);
-    return read_bytes(dl, what);
-  }
-
-  std::vector<std::string> multi_get(const std::vector<std::string>& keys, Deadline dl,
-                                     const std::string& what) {
-    std::string frame;
-    RequestWriter w(frame);
-    w.type(QueryType::kMultiGet).u64(keys.size());
-    for (const auto& k : keys) w.bytes(wire_key(k));
-    send(frame, dl, what);
-    std::vector<std::string> values;
-    values.reserve(keys.size());
-    for (size_t i = 0; i < keys.size(); ++i) values.push_back(read_bytes(dl, what));
-    return values;
-  }
-};
-
-namespace {
+namespace store {
 
 std::string describe_keys(const std::vector<std::string>& keys) {
   std::string s = "[";
@@ -261,328 +118,10 @@ std::string describe_keys(const std::vector<std::string>& keys) {
   return s + "]";
 }
 
-}  // namespace
-
-StoreClient::StoreClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-StoreClient::StoreClient(StoreClient&&) noexcept = default;
-StoreClient& StoreClient::operator=(StoreClient&&) noexcept = default;
-StoreClient::~StoreClient() = default;
-
-const std::string& StoreClient::endpoint() const {
-  return impl_->endpoint;
-}
-
-// Connects to one endpoint of the store and validates the protocol, after
-// the job secret's handshake when there is one; on success `impl` holds the
-// connection. Throws as StoreClient::connect.
-void StoreClient::Impl::open(Impl* impl, const std::string& host, uint16_t port, Deadline dl) {
-  const std::string endpoint = util::format_endpoint(host, port);
-  auto sock = util::Socket::connect(host, port, dl);
-  if (!sock.is_ok()) throw NetworkError("store " + endpoint + ": " + sock.status().message());
-  impl->sock = std::move(sock).value();
-  impl->endpoint = endpoint;
-  impl->broken = false;
-  Deadline hs = Deadline::after(std::min<Duration>(dl.remaining(), std::chrono::seconds(30)));
-  const bool secret = !impl->options.secret.empty();
-  std::string frame;
-  std::string client_nonce, server_nonce;
-  if (secret) {
-    // The job secret's challenge and response first (store/auth.hpp).
-    client_nonce = util::random_bytes(store::kAuthNonceSize);
-    RequestWriter(frame).type(QueryType::kAuthHello).bytes(client_nonce);
-    impl->send(frame, hs, "handshake");
-    server_nonce = impl->read_bytes(hs, "handshake", store::kMaxAuthField);
-    if (server_nonce.empty()) {
-      throw ConfigError("store " + endpoint +
-                        " asks for no secret, and this client holds the job's: a store that "
-                        "cannot prove it is the job's is not used (start it with the same "
-                        "secret file)");
-    }
-    if (server_nonce.size() != store::kAuthNonceSize) {
-      throw StoreError("store " + endpoint + ": handshake: a nonce of " +
-                       std::to_string(server_nonce.size()) + " bytes; not elasticrun's store?");
-    }
-    frame.clear();
-    RequestWriter(frame)
-        .type(QueryType::kAuthProof)
-        .bytes(store::client_proof(impl->options.secret, client_nonce, server_nonce));
-  }
-  // VALIDATE has no reply; PING proves the peer speaks the protocol. The
-  // nonce is our pid, as PyTorch's client sends. Sent with AUTH_PROOF: one
-  // round trip for both.
-  const auto nonce = static_cast<uint32_t>(::getpid());
-  RequestWriter(frame)
-      .type(QueryType::kValidate)
-      .u32(store::kValidationMagic)
-      .type(QueryType::kPing)
-      .u32(nonce);
-  impl->send(frame, hs, "handshake");
-  if (secret) {
-    const std::string proof = impl->read_bytes(hs, "handshake", store::kMaxAuthField);
-    if (proof.empty()) {
-      throw ConfigError("store " + endpoint +
-                        " refused this client's proof of the job secret: the two secrets differ");
-    }
-    if (!util::equal_in_constant_time(
-            proof, store::server_proof(impl->options.secret, client_nonce, server_nonce))) {
-      throw ConfigError("store " + endpoint +
-                        " answered with a wrong proof of the job secret: not this job's store, "
-                        "or one with another secret");
-    }
-  }
-  uint32_t echoed = 0;
-  try {
-    echoed = impl->read_fixed<uint32_t>(hs, "handshake");
-  } catch (const NetworkError& e) {
-    if (secret) throw;
-    throw NetworkError(std::string(e.what()) +
-                       " (a store started with a job secret closes connections that bring none)");
-  }
-  if (echoed == store::kRefusedWord && !secret) {
-    throw ConfigError("store " + endpoint +
-                      " asks for the job's secret, and this client has none: name its file "
-                      "with ELASTICRUN_SECRET_FILE (or --rdzv-conf secret_file=PATH)");
-  }
-  if (echoed == store::kStandbyWord) {
-    impl->sock.close();
-    throw NetworkError("store " + endpoint +
-                       " is a standby: it serves no client until its primary is lost");
-  }
-  if (echoed != nonce) {
-    throw StoreError("store " + endpoint + ": handshake: PING answered with " +
-                     std::to_string(echoed) + " instead of " + std::to_string(nonce) +
-                     "; not a TCPStore of PyTorch >= 2.5 or elasticrun?");
-  }
-}
-
-StoreClient StoreClient::connect(const std::string& host, uint16_t port,
-                                 StoreClientOptions options) {
-  auto impl = std::make_unique<Impl>();
-  impl->options = std::move(options);
-  impl->endpoints.emplace_back(host, port);
-  for (const auto& s : impl->options.standbys) impl->endpoints.push_back(s);
-  impl->endpoint = util::format_endpoint(host, port);
-  impl->reconnect(Deadline::after(impl->options.connect_timeout));
-  return StoreClient(std::move(impl));
-}
-
-void StoreClient::set(std::string_view key, std::string_view value, Duration timeout) {
-  return impl_->call(true, "set", [&] {
-    std::string frame;
-    RequestWriter(frame).type(QueryType::kSet).bytes(impl_->wire_key(key)).bytes(value);
-    impl_->send_confirmed(frame, impl_->deadline(timeout), "set " + util::quote(key));
-  });
-}
-
-std::string StoreClient::get(std::string_view key, Duration timeout) {
-  return impl_->call(true, "get", [&] {
-    const std::string what = "get " + util::quote(key);
-    Deadline dl = impl_->deadline(timeout);
-    impl_->wait_keys({std::string(key)}, dl, what);
-    return impl_->get(key, dl, what);
-  });
-}
-
-std::string StoreClient::get_present(std::string_view key, Duration timeout) {
-  return impl_->call(true, "get_present", [&] {
-    return impl_->get(key, impl_->deadline(timeout), "get " + util::quote(key));
-  });
-}
-
-int64_t StoreClient::add(std::string_view key, int64_t delta, Duration timeout) {
-  return impl_->call(false, "add", [&] {
-    const std::string what = "add " + util::quote(key);
-    Deadline dl = impl_->deadline(timeout);
-    std::string frame;
-    RequestWriter(frame).type(QueryType::kAdd).bytes(impl_->wire_key(key)).i64(delta);
-    impl_->send(frame, dl, what);
-    return impl_->read_fixed<int64_t>(dl, what);
-  });
-}
-
-std::string StoreClient::compare_set(std::string_view key, std::string_view expected,
-                                     std::string_view desired, Duration timeout) {
-  return impl_->call(true, "compare_set", [&] {
-    const std::string what = "compare_set " + util::quote(key);
-    Deadline dl = impl_->deadline(timeout);
-    std::string frame;
-    RequestWriter(frame)
-        .type(QueryType::kCompareSet)
-        .bytes(impl_->wire_key(key))
-        .bytes(expected)
-        .bytes(desired);
-    impl_->send(frame, dl, what);
-    return impl_->read_bytes(dl, what);
-  });
-}
-
-bool StoreClient::check(const std::vector<std::string>& keys, Duration timeout) {
-  return impl_->call(true, "check", [&] {
-    const std::string what = "check " + describe_keys(keys);
-    Deadline dl = impl_->deadline(timeout);
-    std::string frame;
-    RequestWriter w(frame);
-    w.type(QueryType::kCheck).u64(keys.size());
-    for (const auto& k : keys) w.bytes(impl_->wire_key(k));
-    impl_->send(frame, dl, what);
-    auto b = impl_->read_fixed<uint8_t>(dl, what);
-    if (b == static_cast<uint8_t>(store::CheckResponse::kReady)) return true;
-    if (b == static_cast<uint8_t>(store::CheckResponse::kNotReady)) return false;
-    impl_->protocol_error(what, b);
-  });
-}
-
-void StoreClient::wait(const std::vector<std::string>& keys, Duration timeout) {
-  return impl_->call(true, "wait", [&] {
-    impl_->wait_keys(keys, impl_->deadline(timeout), "wait " + describe_keys(keys));
-  });
-}
-
-int64_t StoreClient::num_keys(Duration timeout) {
-  return impl_->call(true, "num_keys", [&] {
-    Deadline dl = impl_->deadline(timeout);
-    std::string frame;
-    RequestWriter(frame).type(QueryType::kGetNumKeys);
-    impl_->send(frame, dl, "num_keys");
-    return impl_->read_fixed<int64_t>(dl, "num_keys");
-  });
-}
-
-bool StoreClient::delete_key(std::string_view key, Duration timeout) {
-  return impl_->call(true, "delete_key", [&] {
-    const std::string what = "delete_key " + util::quote(key);
-    Deadline dl = impl_->deadline(timeout);
-    std::string frame;
-    RequestWriter(frame).type(QueryType::kDeleteKey).bytes(impl_->wire_key(key));
-    impl_->send(frame, dl, what);
-    return impl_->read_fixed<int64_t>(dl, what) == 1;
-  });
-}
-
-void StoreClient::append(std::string_view key, std::string_view value, Duration timeout) {
-  return impl_->call(false, "append", [&] {
-    std::string frame;
-    RequestWriter(frame).type(QueryType::kAppend).bytes(impl_->wire_key(key)).bytes(value);
-    impl_->send_confirmed(frame, impl_->deadline(timeout), "append " + util::quote(key));
-  });
-}
-
-std::vector<std::string> StoreClient::multi_get(const std::vector<std::string>& keys,
-                                                Duration timeout) {
-  return impl_->call(true, "multi_get", [&] {
-    const std::string what = "multi_get " + describe_keys(keys);
-    Deadline dl = impl_->deadline(timeout);
-    impl_->wait_keys(keys, dl, what);
-    return impl_->multi_get(keys, dl, what);
-  });
-}
-
-std::vector<std::string> StoreClient::multi_get_present(const std::vector<std::string>& keys,
-                                                        Duration timeout) {
-  return impl_->call(true, "multi_get_present", [&] {
-    return impl_->multi_get(keys, impl_->deadline(timeout), "multi_get " + describe_keys(keys));
-  });
-}
-
-void StoreClient::multi_set(const std::vector<std::string>& keys,
-                            const std::vector<std::string>& values, Duration timeout) {
-  return impl_->call(true, "multi_set", [&] {
-    if (keys.size() != values.size()) {
-      throw ConfigError("multi_set: " + std::to_string(keys.size()) + " keys but " +
-                        std::to_string(values.size()) + " values");
-    }
-    std::string frame;
-    RequestWriter w(frame);
-    w.type(QueryType::kMultiSet).u64(keys.size());
-    for (size_t i = 0; i < keys.size(); ++i) w.bytes(impl_->wire_key(keys[i])).bytes(values[i]);
-    impl_->send_confirmed(frame, impl_->deadline(timeout), "multi_set " + describe_keys(keys));
-  });
-}
-
-void StoreClient::queue_push(std::string_view key, std::string_view value, Duration timeout) {
-  return impl_->call(false, "queue_push", [&] {
-    std::string frame;
-    RequestWriter(frame).type(QueryType::kQueuePush).bytes(impl_->wire_key(key)).bytes(value);
-    impl_->send_confirmed(frame, impl_->deadline(timeout), "queue_push " + util::quote(key));
-  });
-}
-
-std::string StoreClient::queue_pop(std::string_view key, Duration timeout) {
-  return impl_->call(false, "queue_pop", [&] {
-    const std::string what = "queue_pop " + util::quote(key);
-    Deadline dl = impl_->deadline(timeout);
-    // Another consumer may take the element between our WAIT and POP: retry
-    // until the deadline rather than report an empty queue we waited for.
-    for (;;) {
-      impl_->wait_keys({std::string(key)}, dl, what);
-      std::string frame;
-      RequestWriter(frame).type(QueryType::kQueuePop).bytes(impl_->wire_key(key));
-      impl_->send(frame, dl, what);
-      auto len = impl_->read_fixed<int64_t>(dl, what);
-      if (len > 0) return impl_->read_bytes(dl, what);
-      if (dl.expired())
-        throw TimeoutError("store " + impl_->endpoint + ": " + what + ": timed out");
-    }
-  });
-}
-
-int64_t StoreClient::queue_len(std::string_view key, Duration timeout) {
-  return impl_->call(true, "queue_len", [&] {
-    const std::string what = "queue_len " + util::quote(key);
-    Deadline dl = impl_->deadline(timeout);
-    std::string frame;
-    RequestWriter(frame).type(QueryType::kQueueLen).bytes(impl_->wire_key(key));
-    impl_->send(frame, dl, what);
-    return impl_->read_fixed<int64_t>(dl, what);
-  });
-}
-
-std::vector<std::string> StoreClient::list_keys(Duration timeout) {
-  return impl_->call(true, "list_keys", [&] {
-    Deadline dl = impl_->deadline(timeout);
-    std::string frame;
-    RequestWriter(frame).type(QueryType::kListKeys);
-    impl_->send(frame, dl, "list_keys");
-    auto n = impl_->read_fixed<int64_t>(dl, "list_keys");
-    if (n < 0) impl_->protocol_error("list_keys", 0);
-    std::vector<std::string> keys;
-    const std::string& prefix = impl_->options.key_prefix;
-    for (int64_t i = 0; i < n; ++i) {
-      std::string k = impl_->read_bytes(dl, "list_keys");
-      if (k.compare(0, prefix.size(), prefix) == 0) keys.push_back(k.substr(prefix.size()));
-    }
-    return keys;
-  });
-}
-
-void StoreClient::barrier(std::string_view key, int64_t world_size, Duration timeout) {
-  return impl_->call(false, "barrier", [&] {
-    const std::string what = "barrier " + util::quote(key);
-    Deadline dl = impl_->deadline(timeout);
-    std::string frame;
-    RequestWriter(frame).type(QueryType::kBarrier).bytes(impl_->wire_key(key)).i64(world_size);
-    impl_->send(frame, dl, what);
-    impl_->await_stop(dl, what);
-  });
-}
-
-StoreClient::Duration StoreClient::ping(Duration timeout) {
-  return impl_->call(true, "ping", [&] {
-    Deadline dl = impl_->deadline(timeout);
-    const auto start = Deadline::Clock::now();
-    const uint32_t nonce = 0x5eed;
-    std::string frame;
-    RequestWriter(frame).type(QueryType::kPing).u32(nonce);
-    impl_->send(frame, dl, "ping");
-    if (impl_->read_fixed<uint32_t>(dl, "ping") != nonce) impl_->protocol_error("ping", 0);
-    return std::chrono::duration_cast<Duration>(Deadline::Clock::now() - start);
-  });
-}
-
-namespace store {
-
 util::Socket StandbyFollower::take_socket(StoreClient& client) {
-  return std::move(client.impl_->sock);
+  auto* tcp = dynamic_cast<TcpBackend*>(client.backend_.get());
+  if (!tcp) throw StoreError("a standby follows elasticrun's store only");
+  return tcp->take_socket();
 }
 
 }  // namespace store

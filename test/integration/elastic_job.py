@@ -57,11 +57,13 @@ class Job:
                  worker: Path = WORKER, rdzv_conf: str = RDZV_CONF,
                  addr: Callable[[int], str] = lambda n: f"127.0.0.{n}",
                  exec_prefix: Callable[[int], list] = lambda n: [],
-                 env: dict[str, str] | None = None, worker_args: list | None = None):
+                 env: dict[str, str] | None = None, worker_args: list | None = None,
+                 backend: str = "c10d"):
         self.procs, self.marker, self.elasticrun = procs, marker, elasticrun
         self.tmp_path, self.nnodes, self.endpoint = tmp_path, nnodes, endpoint
         self.run_id, self.extra, self.worker, self.rdzv_conf = run_id, extra or [], worker, rdzv_conf
         self.addr, self.exec_prefix, self.env = addr, exec_prefix, env or {}
+        self.backend = backend
         self.dir = tmp_path / "events"
         self.dir.mkdir()
         self.agents: dict[int, Proc] = {}
@@ -75,7 +77,7 @@ class Job:
         env = launcher_env(self.marker, self.tmp_path / "tmp",
                            **{"OMP_NUM_THREADS": "1", "PYTHONPATH": str(PYTHON_SDK), **self.env})
         args = [*self.exec_prefix(n), self.elasticrun, "--nnodes", self.nnodes,
-                "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                "--nproc-per-node", "1", "--rdzv-backend", self.backend,
                 "--rdzv-endpoint", self.endpoint, "--rdzv-id", self.run_id,
                 "--local-addr", self.addr(n), "--rdzv-conf", self.rdzv_conf,
                 *FAST, *self.extra, *flags, self.worker, *self.worker_args]

@@ -150,9 +150,57 @@ TEST_CASE("the agent's error file comes from its own TORCHELASTIC_ERROR_FILE", "
   CHECK(plan({"t.py"}).agent_error_file.empty());
 }
 
-TEST_CASE("backends the agent cannot run are refused before anything starts", "[launch_plan]") {
-  CHECK_THROWS_WITH(plan({"--nnodes", "2", "--rdzv-backend", "etcd-v2", "t.py"}),
-                    Contains("--rdzv-backend etcd-v2 is not supported"));
+TEST_CASE("etcd and etcd-v2 run the dynamic rendezvous on every member given, hosting no store",
+          "[launch_plan][etcd]") {
+  for (const char* backend : {"etcd", "etcd-v2"}) {
+    const AgentConfig a = plan({"--nnodes", "2:4", "--rdzv-backend", backend, "--rdzv-endpoint",
+                                "e1,e2:2380,[::1]:2381", "t.py"});
+    CHECK(a.dynamic);
+    CHECK(a.host_store == AgentConfig::HostStore::kNo);
+    REQUIRE(a.rdzv.etcd);
+    const std::vector<std::pair<std::string, uint16_t>> want = {
+        {"e1", 2379}, {"e2", 2380}, {"::1", 2381}};
+    CHECK(a.rdzv.etcd->endpoints == want);
+    CHECK_FALSE(a.rdzv.etcd->tls);
+  }
+  // torchrun's etcd names and etcd-v2's for the same files.
+  const AgentConfig tls =
+      plan({"--nnodes", "2", "--rdzv-backend", "etcd", "--rdzv-endpoint", "https://e1:2379",
+            "--rdzv-conf", "cacert=/ca.pem,ssl_cert=/c.pem,key=/k.pem", "t.py"});
+  CHECK(tls.rdzv.etcd->tls);
+  CHECK(tls.rdzv.etcd->ca_file == "/ca.pem");
+  CHECK(tls.rdzv.etcd->cert_file == "/c.pem");
+  CHECK(tls.rdzv.etcd->key_file == "/k.pem");
+  CHECK(plan({"--nnodes", "2", "--rdzv-backend", "etcd", "--rdzv-conf", "protocol=https", "t.py"})
+            .rdzv.etcd->tls);
+  // One node needs no rendezvous, as with c10d.
+  const AgentConfig one = plan({"--rdzv-backend", "etcd", "t.py"});
+  CHECK(one.standalone);
+  CHECK_THAT(one.notes.back(), Contains("not used by a job of one node"));
+}
+
+TEST_CASE("etcd settings that cannot work are refused before anything starts",
+          "[launch_plan][etcd]") {
+  auto etcd = [](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--nnodes", "2", "--rdzv-backend", "etcd"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.push_back("t.py");
+    return plan(args);
+  };
+  CHECK_THROWS_WITH(etcd({"--rdzv-conf", "cacert=/ca.pem"}), Contains("are for https"));
+  CHECK_THROWS_WITH(etcd({"--rdzv-conf", "protocol=https,cert=/c.pem"}),
+                    Contains("needs both cert and key"));
+  CHECK_THROWS_WITH(etcd({"--rdzv-conf", "protocol=gopher"}), Contains("expected http or https"));
+  CHECK_THROWS_WITH(etcd({"--rdzv-endpoint", "https://e1", "--rdzv-conf", "protocol=http"}),
+                    Contains("disagrees"));
+  CHECK_THROWS_WITH(etcd({"--rdzv-conf", "standby_endpoint=h:1"}), Contains("not with etcd"));
+  CHECK_THROWS_WITH(etcd({"--rdzv-conf", "etcd_prefix=/x"}), Contains("unknown key"));
+  CHECK_THROWS_WITH(etcd({"--rdzv-endpoint", "http://a,https://b"}), Contains("mix"));
+  CHECK_THROWS_WITH(etcd({"--rdzv-endpoint", "a,,b"}), Contains("an empty endpoint"));
+  CHECK_THROWS_WITH(etcd({"--rdzv-endpoint", "a:0"}), Contains("port cannot be 0"));
+  CHECK_THROWS_WITH(
+      plan({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-conf", "cacert=/ca.pem", "t.py"}),
+      Contains("unknown key for the c10d backend"));
 }
 
 TEST_CASE("--gpu-health turns GPU health off, and tests can point it at a fake driver",

@@ -1,5 +1,6 @@
 // The dynamic rendezvous protocol against a real store: many agents (threads
-// with their own connections) joining rounds at once.
+// with their own connections) joining rounds at once. The tests of the
+// protocol itself run twice: on elasticrun's store and on a real etcd.
 #include "rendezvous/rendezvous.hpp"
 
 #include <catch2/catch.hpp>
@@ -7,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "etcd_fixture.hpp"
 #include "rendezvous/heartbeat.hpp"
 #include "server_fixture.hpp"
 
@@ -16,10 +18,21 @@ namespace {
 using namespace std::chrono_literals;
 using test::ServerFixture;
 
-RendezvousConfig config_for(const ServerFixture& s, const std::string& node, int min, int max) {
+// The rendezvous store of a test: elasticrun's, or an etcd cluster.
+struct OurStore : ServerFixture {
+  void configure(RendezvousConfig& c) const {
+    c.store_host = "127.0.0.1";
+    c.store_port = port();
+  }
+};
+struct Etcd : test::EtcdFixture {
+  void configure(RendezvousConfig& c) const { c.etcd = options(); }
+};
+
+template <typename Store>
+RendezvousConfig config_for(const Store& s, const std::string& node, int min, int max) {
   RendezvousConfig c;
-  c.store_host = "127.0.0.1";
-  c.store_port = s.port();
+  s.configure(c);
   c.run_id = "test";
   c.node_id = node;
   c.host = "127.0.0.1";
@@ -51,7 +64,8 @@ struct Fleet {
   }
 };
 
-Fleet agents(const ServerFixture& s, int n, int min, int max, int local_world_size = 1) {
+template <typename Store>
+Fleet agents(const Store& s, int n, int min, int max, int local_world_size = 1) {
   Fleet v;
   for (int i = 0; i < n; ++i) {
     auto c = config_for(s, "node" + std::to_string(i), min, max);
@@ -86,25 +100,27 @@ void require_dense(const std::vector<Assignment>& as, int local_world_size) {
 
 }  // namespace
 
-TEST_CASE("agents joining at once get group ranks 0..n-1 without gaps", "[rendezvous]") {
-  ServerFixture store;
+TEMPLATE_TEST_CASE("agents joining at once get group ranks 0..n-1 without gaps", "[rendezvous]",
+                   OurStore, Etcd) {
+  TestType store;
   auto v = agents(store, 8, 8, 8, 4);
   const auto as = join_all(v);
   require_dense(as, 4);
   REQUIRE(as[0].round == 1);
 }
 
-TEST_CASE("a round with a range closes after the last call with everyone who came",
-          "[rendezvous]") {
-  ServerFixture store;
+TEMPLATE_TEST_CASE("a round with a range closes after the last call with everyone who came",
+                   "[rendezvous]", OurStore, Etcd) {
+  TestType store;
   auto v = agents(store, 3, 2, 4);
   const auto as = join_all(v);
   require_dense(as, 1);
 }
 
-TEST_CASE("an agent beyond the allowed sizes waits as a spare and is used first after a loss",
-          "[rendezvous]") {
-  ServerFixture store;
+TEMPLATE_TEST_CASE(
+    "an agent beyond the allowed sizes waits as a spare and is used first after a loss",
+    "[rendezvous]", OurStore, Etcd) {
+  TestType store;
   // Discrete sizes 2 and 4: three agents make a round of two and a spare.
   std::vector<std::unique_ptr<Rendezvous>> w;
   for (int i = 0; i < 3; ++i) {
@@ -142,8 +158,9 @@ TEST_CASE("an agent beyond the allowed sizes waits as a spare and is used first 
   REQUIRE(spare.group_world_size == 2);
 }
 
-TEST_CASE("survivors keep their relative order and newcomers are appended", "[rendezvous]") {
-  ServerFixture store;
+TEMPLATE_TEST_CASE("survivors keep their relative order and newcomers are appended", "[rendezvous]",
+                   OurStore, Etcd) {
+  TestType store;
   auto v = agents(store, 3, 3, 4);
   const auto first = join_all(v);
   require_dense(first, 1);
@@ -175,9 +192,9 @@ TEST_CASE("survivors keep their relative order and newcomers are appended", "[re
   REQUIRE(newcomer.group_world_size == 4);
 }
 
-TEST_CASE("a released node is admitted after every survivor even when it rejoins first",
-          "[rendezvous]") {
-  ServerFixture store;
+TEMPLATE_TEST_CASE("a released node is admitted after every survivor even when it rejoins first",
+                   "[rendezvous]", OurStore, Etcd) {
+  TestType store;
   auto v = agents(store, 3, 2, 3);
   const auto first = join_all(v);
   size_t highest = 0;
@@ -208,9 +225,9 @@ TEST_CASE("a released node is admitted after every survivor even when it rejoins
   REQUIRE_THROWS_AS(fr.get(), RendezvousClosed);
 }
 
-TEST_CASE("too few agents within the join timeout fail the round with a clear message",
-          "[rendezvous]") {
-  ServerFixture store;
+TEMPLATE_TEST_CASE("too few agents within the join timeout fail the round with a clear message",
+                   "[rendezvous]", OurStore, Etcd) {
+  TestType store;
   auto c = config_for(store, "alone", 2, 2);
   c.join_timeout = 300ms;
   Rendezvous r(c);
@@ -225,8 +242,9 @@ TEST_CASE("too few agents within the join timeout fail the round with a clear me
   }
 }
 
-TEST_CASE("only one end record wins and the next round aims for its target", "[rendezvous]") {
-  ServerFixture store;
+TEMPLATE_TEST_CASE("only one end record wins and the next round aims for its target",
+                   "[rendezvous]", OurStore, Etcd) {
+  TestType store;
   auto v = agents(store, 2, 2, 2);
   join_all(v);
   EndRecord a, b;
@@ -243,9 +261,9 @@ TEST_CASE("only one end record wins and the next round aims for its target", "[r
   REQUIRE_FALSE(v[0].wait_end(2, 50ms));
 }
 
-TEST_CASE("a leaver's memory handoff: its offer awaited, the members' restores counted",
-          "[rendezvous][memory]") {
-  ServerFixture store;
+TEMPLATE_TEST_CASE("a leaver's memory handoff: its offer awaited, the members' restores counted",
+                   "[rendezvous][memory]", OurStore, Etcd) {
+  TestType store;
   auto v = agents(store, 3, 3, 3);
   join_all(v);
   // A member that keeps no tier published no holdings: it reads as none,
@@ -281,8 +299,9 @@ TEST_CASE("a leaver's memory handoff: its offer awaited, the members' restores c
   REQUIRE(v[2].ended(1));
 }
 
-TEST_CASE("a finished job makes late joiners and spares leave", "[rendezvous]") {
-  ServerFixture store;
+TEMPLATE_TEST_CASE("a finished job makes late joiners and spares leave", "[rendezvous]", OurStore,
+                   Etcd) {
+  TestType store;
   auto v = agents(store, 1, 1, 1);
   join_all(v);
   v[0].mark_job_finished(false, "every worker succeeded");
@@ -324,9 +343,9 @@ TEST_CASE("a heartbeat is stale once older than the limit or not a time at all",
   REQUIRE(heartbeat_stale("12x", 0, 100ms));
 }
 
-TEST_CASE("a spare that died while waiting is not admitted when the next round closes",
-          "[rendezvous]") {
-  ServerFixture store;
+TEMPLATE_TEST_CASE("a spare that died while waiting is not admitted when the next round closes",
+                   "[rendezvous]", OurStore, Etcd) {
+  TestType store;
   auto v = agents(store, 2, 2, 3);
   join_all(v);
   // A spare joins round 2, then dies: its heartbeat stops.
@@ -353,7 +372,7 @@ TEST_CASE("a spare that died while waiting is not admitted when the next round c
 
 TEST_CASE("an agent takes over the close of a dead closer and ignores what it wrote",
           "[rendezvous]") {
-  ServerFixture store;
+  OurStore store;
   // The first arrival of round 1 joined, wrote assignments for a round of its
   // own making, and died before closing: its heartbeat is old.
   auto raw = StoreClient::connect("127.0.0.1", static_cast<uint16_t>(store.port()),
