@@ -9,10 +9,12 @@ Run from the repository root after a release build:
 
 One PNG per trace: a panel per policy with the nodes available to the job
 (grey) and the nodes training (the world size; it drops to 0 while the job
-saves, restarts, loads or waits), and a last panel with the tokens each
-policy trained whose results survive (docs/simulator.md, "series"). The
-title of each panel repeats the policy's goodput and token efficiency from
-the same run.
+saves, restarts, loads or waits), and a last panel with the tokens (the
+trace's unit) each policy trained whose results survive (docs/simulator.md,
+"series"). The title of each panel repeats the policy's goodput and token
+efficiency from the same run, and its time to train and cost per million
+units when the trace gives a work and prices. A trace with a work ends each
+run when it is done: the time axis stops at the longest run.
 """
 
 from __future__ import annotations
@@ -78,7 +80,9 @@ def columns(series: dict, key: str, divisor: float) -> tuple[list, list]:
 def plot(result: dict, out: Path) -> None:
     runs = result["policies"]
     names = list(runs)
-    divisor, unit = time_axis(result["duration_s"])
+    end_s = max(r.get("run_s", result["duration_s"]) for r in runs.values())
+    divisor, unit = time_axis(end_s)
+    what = result.get("unit", "tokens")
     most = max(max(r["series"]["tokens"]) for r in runs.values())
     tscale, tname = token_axis(most)
     low, high = node_limits(runs)
@@ -103,9 +107,13 @@ def plot(result: dict, out: Path) -> None:
         ax.yaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
         ax.set_ylabel("nodes")
         ax.grid(True, axis="y", linewidth=0.4, alpha=0.6)
-        ax.set_title(f"{name}: goodput {100 * r['goodput']:.1f}%, tokens "
-                     f"{100 * r['token_efficiency']:.1f}% of ideal, {r['restarts']} restarts",
-                     fontsize=9, loc="left")
+        title = (f"{name}: goodput {100 * r['goodput']:.1f}%, {what} "
+                 f"{100 * r['token_efficiency']:.1f}% of ideal, {r['restarts']} restarts")
+        if r.get("time_to_train_s") is not None:
+            title += f", trained in {r['time_to_train_s'] / 3600:.1f} h"
+        if r.get("cost_per_unit") is not None:
+            title += f", {r['cost_per_unit'] * 1e6:.3g} per 1M {what}"
+        ax.set_title(title, fontsize=9, loc="left")
         if i == 0:
             ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
     ax = axes[-1]
@@ -113,12 +121,12 @@ def plot(result: dict, out: Path) -> None:
         t, tokens = columns(runs[name]["series"], "tokens", divisor)
         ax.plot(t, [v / tscale for v in tokens], color=COLOURS[i % len(COLOURS)], linewidth=1.3,
                 label=f"{name}: {tokens[-1] / tscale:.3g}", linestyle=["-", "--", "-.", ":"][i % 4])
-    ax.set_ylabel(f"tokens trained\n({tname})" if tname else "tokens trained")
-    ax.set_title("progress: tokens whose results survive", fontsize=9, loc="left")
+    ax.set_ylabel(f"{what} trained\n({tname})" if tname else f"{what} trained")
+    ax.set_title(f"progress: {what} whose results survive", fontsize=9, loc="left")
     ax.grid(True, linewidth=0.4, alpha=0.6)
     ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
     ax.set_xlabel(f"time ({unit})")
-    ax.set_xlim(0, result["duration_s"] / divisor)
+    ax.set_xlim(0, end_s / divisor)
     fig.tight_layout()
     fig.savefig(out, dpi=80, metadata={"Software": None})
     plt.close(fig)

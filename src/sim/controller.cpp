@@ -86,6 +86,9 @@ class RestartOnChange final : public Controller {
     return end_round(a, max_, Millis(0), "membership changed");
   }
   bool saves_on_stop() const override { return false; }
+  // Nothing in torchrun reads the instance metadata: the node's loss is the
+  // first it knows of an interruption.
+  bool hears_notices() const override { return false; }
   std::optional<int> largest_size_at_most(int nodes) const override {
     if (nodes < min_) return std::nullopt;
     return std::min(nodes, max_);

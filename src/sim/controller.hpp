@@ -41,6 +41,12 @@ class Controller {
   // only on the nodes it can use, and one more costs the trace's
   // node_start.
   virtual bool holds_spares() const { return true; }
+
+  // Whether the job hears a spot notice when it comes (elasticrun's agent
+  // watches for it, --spot-notice-url, and leaves gracefully then). One that
+  // does not trains on through the notice and loses the node, as a failure,
+  // when it goes.
+  virtual bool hears_notices() const { return true; }
 };
 
 // The names, in the order tables show them.

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
-#include <iterator>
+#include <cmath>
 #include <memory>
 #include <queue>
 #include <set>
@@ -35,7 +35,11 @@ constexpr int kMaxDecisionsAtOneTime = 10'000;
 class Run {
  public:
   Run(const Trace& trace, std::string_view policy)
-      : trace_(trace), ctl_(make_controller(policy, trace)), spares_(ctl_->holds_spares()) {
+      : trace_(trace),
+        ctl_(make_controller(policy, trace)),
+        spares_(ctl_->holds_spares()),
+        hears_(ctl_->hears_notices()),
+        costs_(trace.recovery(policy)) {
     r_.policy = std::string(policy);
     r_.duration = trace.duration;
     r_.static_size = trace.start_size();
@@ -46,11 +50,22 @@ class Run {
   RunResult run(const std::vector<TimelineEvent>& timeline) {
     start();
     size_t next = 0;
+    Millis end = trace_.duration;
     while (true) {
       const Millis event_at = next < timeline.size() ? timeline[next].at : trace_.duration;
       // Timers first at equal times: a round that is ready at t sees what
       // happens at t.
-      if (!timers_.empty() && timers_.top().at <= event_at && timers_.top().at < trace_.duration) {
+      const bool timer_first =
+          !timers_.empty() && timers_.top().at <= event_at && timers_.top().at < trace_.duration;
+      // A job whose work is done by then has ended: what comes next is not
+      // its business.
+      if (auto done = work_done_at();
+          done && *done <= (timer_first ? timers_.top().at : event_at)) {
+        end = *done;
+        r_.time_to_train = end;
+        break;
+      }
+      if (timer_first) {
         const Timer t = timers_.top();
         timers_.pop();
         advance(t.at);
@@ -65,15 +80,18 @@ class Run {
       sync_agents();
       mark();
     }
-    advance(trace_.duration);
+    advance(end);
     if (phase_ == Phase::kRunning) {
-      // The end of the trace is the end of the measurement, not a crash.
+      // The end of the trace (or of the job) is the end of the measurement,
+      // not a crash.
       account_running(true);
     } else {
       account_down();
     }
     mark(true);
     r_.down = r_.time_at_size[0];
+    r_.duration = end;
+    r_.cost = trace_.fleet.cost(r_.spot_node_hours, r_.on_demand_node_hours);
     return std::move(r_);
   }
 
@@ -83,13 +101,15 @@ class Run {
     kRestarting,  // a round of size_ closed; workers start and load until the Resume timer
     kWaiting,     // a round aiming at size_ waits for nodes (and maybe a deadline)
   };
-  enum class TimerKind { kResume, kDeadline, kRecheck, kAgentsReady };
+  enum class TimerKind { kResume, kDeadline, kRecheck, kAgentsReady, kNoticeEnds };
   struct Timer {
     Millis at;
     uint64_t seq;
     TimerKind kind;
     uint64_t epoch;  // kResume/kDeadline: stale when the round changed since
-    int agents;      // kAgentsReady: how many were started
+    // kAgentsReady: how many were started; kNoticeEnds: the nodes going.
+    int agents;
+    int members;  // kNoticeEnds: of those, members the job did not hear leave
     // Agents that come up when a round's wait for replacements ends are in
     // time for it.
     int rank() const { return kind == TimerKind::kAgentsReady ? 0 : 1; }
@@ -98,12 +118,28 @@ class Run {
     }
   };
 
-  void schedule(Millis at, TimerKind kind, int agents = 0) {
+  void schedule(Millis at, TimerKind kind, int agents = 0, int members = 0) {
     if (at >= trace_.duration) return;
-    timers_.push({at, next_seq_++, kind, epoch_, agents});
+    timers_.push({at, next_seq_++, kind, epoch_, agents, members});
   }
 
   int members() const { return phase_ == Phase::kWaiting ? 0 : size_; }
+
+  // Nodes there: the capacity, and noticed nodes that a job that does not
+  // hear notices still trains on.
+  int present() const { return capacity_ + doomed_; }
+
+  // When the job will have done the trace's work if it trains on as it
+  // does; nullopt without work, while it does not train, or past the end.
+  std::optional<Millis> work_done_at() const {
+    if (!trace_.work || phase_ != Phase::kRunning) return std::nullopt;
+    const double rate = trace_.throughput.at(size_);
+    if (rate <= 0) return std::nullopt;
+    const double left_ms = std::max(0.0, (*trace_.work - r_.tokens) / rate * 1e3);
+    if (left_ms > static_cast<double>(trace_.duration.count())) return std::nullopt;
+    const Millis trained(static_cast<int64_t>(std::ceil(left_ms)));
+    return std::max(now_, phase_since_ + length_to_train(trace_, trained));
+  }
 
   // Integrates what depends on capacity alone up to `t`.
   void advance(Millis t) {
@@ -114,6 +150,8 @@ class Run {
       const int ideal = elastic::largest_allowed_at_most(trace_.policy, usable).value_or(0);
       r_.ideal_tokens += seconds(dt) * trace_.throughput.at(ideal);
       r_.idle_node_hours += hours(dt) * std::max(0, usable - r_.static_size);
+      r_.spot_node_hours += hours(dt) * (trace_.fleet.spot(capacity_) + noticed_);
+      r_.on_demand_node_hours += hours(dt) * trace_.fleet.on_demand(capacity_);
       decisions_now_ = 0;
     }
     now_ = t;
@@ -125,7 +163,7 @@ class Run {
       phase_ = Phase::kRunning;
       size_ = r_.static_size;
       last_running_size_ = size_;
-      stretch_points_ = r_.series.size();
+      series_.stretch_started();
       observe();
     } else {
       begin_round(r_.static_size, now_, std::nullopt);
@@ -133,27 +171,11 @@ class Run {
     mark();
   }
 
-  // Records the state after everything that happened at now_: a new point
-  // when the capacity or the world size changed (the last one of an
-  // instant wins), always at the end. Points taken while running hold the
-  // progress before the stretch; account_running() completes them.
+  // Records the state after everything that happened at now_; always at
+  // the end.
   void mark(bool always = false) {
-    const SeriesPoint p{now_, capacity_, phase_ == Phase::kRunning ? size_ : 0, r_.useful,
-                        r_.tokens};
-    std::vector<SeriesPoint>& s = r_.series;
-    auto same_state = [&](const SeriesPoint& q) {
-      return q.capacity == p.capacity && q.world == p.world;
-    };
-    if (!s.empty() && s.back().at == now_) {
-      s.back() = p;
-      // A change undone within the instant is no change.
-      if (s.size() >= 2 && same_state(s[s.size() - 2]) && !always) {
-        s.pop_back();
-        stretch_points_ = std::min(stretch_points_, s.size());
-      }
-    } else if (always || s.empty() || !same_state(s.back())) {
-      s.push_back(p);
-    }
+    series_.mark({now_, present(), phase_ == Phase::kRunning ? size_ : 0, r_.useful, r_.tokens},
+                 always);
   }
 
   void fire(const Timer& t) {
@@ -167,6 +189,9 @@ class Run {
       case TimerKind::kRecheck:
         rechecks_.erase(t.at);
         if (phase_ != Phase::kWaiting) observe();
+        break;
+      case TimerKind::kNoticeEnds:
+        notice_ends(t.agents, t.members);
         break;
       case TimerKind::kAgentsReady: {
         // Starts cancelled since (sync_agents) are taken off the latest.
@@ -185,11 +210,11 @@ class Run {
     if (e.kind == EventKind::kPreempt) return preempt(e.count);
     const int before = capacity_;
     const int held = members();
-    capacity_ = capacity_after(e, capacity_, trace_.nodes_max);
+    capacity_ = capacity_after(e, capacity_, trace_);
     switch (e.kind) {
       case EventKind::kCapacity: {
         // Nodes taken back beyond the idle ones are the job's, with notice.
-        const int gone = std::max(0, held - capacity_);
+        const int gone = std::max(0, held - present());
         nodes_changed(before, gone);
         react(0, gone);
         break;
@@ -200,13 +225,33 @@ class Run {
         break;
       case EventKind::kFail:
       case EventKind::kSpotNotice: {
-        const int hit = e.pick ? (*e.pick * before < held ? 1 : 0) : std::min(e.count, held);
+        const bool notice = e.kind == EventKind::kSpotNotice;
+        // The members this event can hit: those on available nodes (not
+        // noticed ones), and for a notice those on spot nodes, which
+        // members take only once the on-demand ones are taken.
+        const int live = held - std::min(held, doomed_members_);
+        const int pool = notice ? trace_.fleet.spot(before) : before;
+        const int exposed = notice ? std::max(0, live - trace_.fleet.on_demand(before)) : live;
+        const int hit =
+            e.pick ? (*e.pick * pool < exposed ? 1 : 0) : std::min(before - capacity_, exposed);
+        if (notice && trace_.notice_time() > Millis(0)) {
+          const int noticed = before - capacity_;
+          noticed_ += noticed;
+          if (!hears_) {
+            // The job trains on, on every node, until they go.
+            assert(spares_);
+            doomed_ += noticed;
+            doomed_members_ += hit;
+          }
+          schedule(now_ + trace_.notice_time(), TimerKind::kNoticeEnds, noticed, hears_ ? 0 : hit);
+          if (!hears_) break;
+        }
         nodes_changed(before, hit);
-        if (e.kind == EventKind::kFail) {
+        if (notice) {
+          react(0, hit);
+        } else {
           r_.members_lost += hit;
           react(hit, 0);
-        } else {
-          react(0, hit);
         }
         break;
       }
@@ -220,6 +265,23 @@ class Run {
       case EventKind::kPreempt:
         break;
     }
+  }
+
+  // Noticed nodes go: billing stops, and members a job that did not hear
+  // the notice still held are lost (it trained on them until now).
+  void notice_ends(int nodes, int members_on_them) {
+    noticed_ -= nodes;
+    if (hears_) return;
+    doomed_ -= nodes;
+    doomed_members_ -= members_on_them;
+    // The members noticed on them, or more: a round that closed since the
+    // notice (the job restarts at every change) may have put members on
+    // nodes that were idle then, and the members left cannot outnumber the
+    // nodes left.
+    const int lost = std::min({members(), nodes, std::max(members_on_them, members() - present())});
+    nodes_changed(capacity_, lost);
+    r_.members_lost += lost;
+    react(lost, 0);
   }
 
   void react(int lost, int leaving) {
@@ -242,7 +304,7 @@ class Run {
       ++r_.preempt_requests;
       observe(0, 0, k);
     }
-    const int idle = capacity_ - members();
+    const int idle = present() - members();
     const int forced = std::max(0, std::min(k, capacity_) - idle);
     const int before = capacity_;
     capacity_ = std::max(0, capacity_ - k);
@@ -283,7 +345,7 @@ class Run {
     Millis save_done = now_;
     if (phase_ == Phase::kRunning) {
       account_running(saved);
-      if (saved) save_done += trace_.checkpoint_save;
+      if (saved) save_done += costs_.stop_save;
     } else {
       // Workers still starting have nothing new to save or lose.
       account_down();
@@ -321,7 +383,7 @@ class Run {
     size_ = *n;
     ++epoch_;
     // Rendezvous and process start follow the save; the load follows them.
-    schedule(std::max(now_, save_done_) + trace_.restart + trace_.checkpoint_load,
+    schedule(std::max(now_, save_done_) + costs_.restart + costs_.checkpoint_load,
              TimerKind::kResume);
   }
 
@@ -339,7 +401,7 @@ class Run {
       last_scale_ = {now_, direction};
     }
     last_running_size_ = size_;
-    stretch_points_ = r_.series.size();
+    series_.stretch_started();
     // The new round's first observation.
     observe();
   }
@@ -354,25 +416,7 @@ class Run {
     const Stretch s = stretch(trace_, length);
     const Millis kept = saved ? s.trained : s.durable;
     const double rate = trace_.throughput.at(size_);
-    // Points taken during the stretch learn how much of their training
-    // survived; after a crash, progress stops at the last checkpoint.
-    for (size_t i = stretch_points_; i < r_.series.size(); ++i) {
-      SeriesPoint& p = r_.series[i];
-      const Millis survived = std::min(stretch(trace_, p.at - phase_since_).trained, kept);
-      p.useful = r_.useful + survived;
-      p.tokens = r_.tokens + seconds(survived) * rate;
-    }
-    if (kept < s.trained && s.durable_at > Millis(0)) {
-      const Millis at = phase_since_ + s.durable_at;
-      auto after = std::upper_bound(r_.series.begin(), r_.series.end(), at,
-                                    [](Millis t, const SeriesPoint& p) { return t < p.at; });
-      assert(after != r_.series.begin());
-      if (std::prev(after)->at < at) {
-        r_.series.insert(after, {at, std::prev(after)->capacity, size_, r_.useful + kept,
-                                 r_.tokens + seconds(kept) * rate});
-      }
-    }
-    stretch_points_ = r_.series.size();
+    series_.stretch_ended(trace_, phase_since_, s, kept, rate, size_, r_.useful, r_.tokens);
     r_.useful += kept;
     r_.lost_work += s.trained - kept;
     r_.checkpointing += s.checkpointing;
@@ -389,7 +433,7 @@ class Run {
   // business); nodes taken away are agent-less idle ones first.
   void nodes_changed(int before, int gone) {
     if (spares_) {
-      agents_ = capacity_;
+      agents_ = present();
     } else if (capacity_ > before) {
       agents_ += std::min(capacity_ - before, std::max(0, agents_wanted() - agents_));
     } else {
@@ -430,6 +474,8 @@ class Run {
   const Trace& trace_;
   std::unique_ptr<Controller> ctl_;
   const bool spares_;
+  const bool hears_;  // spot notices, when they come
+  const RecoveryCosts costs_;
   RunResult r_;
 
   Millis now_{0};
@@ -438,6 +484,11 @@ class Run {
   // leaving) and the agents waiting. All of them with spares.
   int agents_ = 0;
   int starting_ = 0;  // agents being started (without spares)
+  int noticed_ = 0;   // spot nodes noticed and not gone yet: billed, out of capacity_
+  // Of those, the nodes a job that does not hear notices still has, and
+  // the members among them when noticed.
+  int doomed_ = 0;
+  int doomed_members_ = 0;
   Phase phase_ = Phase::kRunning;
   int size_ = 0;
   Millis phase_since_{0};
@@ -448,7 +499,7 @@ class Run {
   std::optional<int> last_running_size_;
   std::optional<std::pair<Millis, int>> last_scale_;  // time, direction
   int decisions_now_ = 0;
-  size_t stretch_points_ = 0;  // the first point of the running stretch
+  SeriesRecorder series_{r_.series};
 
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
   std::set<Millis> rechecks_;
@@ -468,6 +519,11 @@ double RunResult::token_efficiency() const {
 std::optional<double> RunResult::absorbed_idle_fraction() const {
   if (idle_node_hours <= 0) return std::nullopt;
   return absorbed_node_hours / idle_node_hours;
+}
+
+std::optional<double> RunResult::cost_per_unit() const {
+  if (!cost || tokens <= 0) return std::nullopt;
+  return *cost / tokens;
 }
 
 RunResult simulate(const Trace& trace, const std::vector<TimelineEvent>& timeline,

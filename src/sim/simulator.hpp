@@ -10,28 +10,16 @@
 #include <string_view>
 #include <vector>
 
+#include "sim/series.hpp"
 #include "sim/timeline.hpp"
 #include "sim/trace.hpp"
 
 namespace elasticrun::sim {
 
-// The job's state from `at` until the next point: one point per change of
-// the capacity or of the world size, not one per second.
-struct SeriesPoint {
-  Millis at{0};
-  int capacity = 0;  // nodes available to the job
-  int world = 0;     // nodes training; 0 while saving, restarting, loading or waiting
-  // Training done by `at` whose results survive (work a later crash undoes
-  // is not counted), and the tokens it processed. Between two points both
-  // grow about linearly while the world size is above 0 (periodic saves
-  // stall them briefly) and stay flat otherwise: after a crash a point at
-  // the last completed checkpoint keeps that true.
-  Millis useful{0};
-  double tokens = 0;
-};
-
 struct RunResult {
   std::string policy;
+  // The run's length: the trace's duration, or the time to train when the
+  // trace's work was done before its end.
   Millis duration{0};
   int static_size = 0;  // the job's size at time 0, its static allocation
   int gpus_per_node = 1;
@@ -63,7 +51,17 @@ struct RunResult {
   // without a running member being taken by force.
   int preempt_answered_in_one_decision = 0;
 
-  // From time 0 to the end of the trace, in time order; the last point is
+  // Node-hours billed by pool (trace.fleet): every available node, idle
+  // ones and spares included, and a noticed spot node until it goes; and
+  // their cost at the trace's prices, nullopt without a price line.
+  double spot_node_hours = 0;
+  double on_demand_node_hours = 0;
+  std::optional<double> cost;
+  // With the trace's `work`: when the job had done it (the run ends then);
+  // nullopt when it had not by the end of the trace, or without `work`.
+  std::optional<Millis> time_to_train;
+
+  // From time 0 to the end of the run, in time order; the last point is
   // at `duration` and holds the totals.
   std::vector<SeriesPoint> series;
 
@@ -72,6 +70,9 @@ struct RunResult {
   // absorbed / idle node-hours; nullopt when nothing was idle beyond the
   // static allocation.
   std::optional<double> absorbed_idle_fraction() const;
+  // cost / tokens (in the trace's unit); nullopt without a price line or
+  // without useful work.
+  std::optional<double> cost_per_unit() const;
 };
 
 // Runs `policy` (controller_names()) over `timeline` (expand(trace, seed)).

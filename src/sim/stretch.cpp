@@ -15,4 +15,13 @@ Stretch stretch(const Trace& trace, Millis length) {
           cycles * cycle};
 }
 
+Millis length_to_train(const Trace& trace, Millis trained) {
+  if (trained <= Millis(0)) return Millis(0);
+  if (!trace.checkpoint_every) return trained;
+  const Millis every = *trace.checkpoint_every;
+  // Whole cycles before the last piece of training, which is (0, every].
+  const int64_t cycles = (trained - Millis(1)) / every;
+  return cycles * (every + trace.checkpoint_save) + (trained - cycles * every);
+}
+
 }  // namespace elasticrun::sim

@@ -21,4 +21,10 @@ struct Stretch {
 // checkpoint_save saving; without, all training and nothing durable.
 Stretch stretch(const Trace& trace, Millis length);
 
+// The shortest length of running from the checkpoint just loaded after
+// which `trained` of training is done: stretch()'s inverse (a save falls
+// after the training it follows, so a stretch ending exactly at a
+// checkpoint's start does not pay it).
+Millis length_to_train(const Trace& trace, Millis trained);
+
 }  // namespace elasticrun::sim

@@ -32,16 +32,17 @@ class Draws {
 
 }  // namespace
 
-int capacity_after(const TimelineEvent& e, int capacity, int nodes_max) {
+int capacity_after(const TimelineEvent& e, int capacity, const Trace& trace) {
   switch (e.kind) {
     case EventKind::kCapacity:
       return e.count;
     case EventKind::kPreempt:
     case EventKind::kFail:
-    case EventKind::kSpotNotice:
       return std::max(0, capacity - e.count);
+    case EventKind::kSpotNotice:
+      return capacity - std::min(e.count, trace.fleet.spot(capacity));
     case EventKind::kReplace:
-      return std::min(nodes_max, capacity + e.count);
+      return std::min(trace.nodes_max, capacity + e.count);
     case EventKind::kScale:
       return capacity;
   }
@@ -53,7 +54,7 @@ std::vector<TimelineEvent> expand(const Trace& trace, uint64_t seed) {
   Draws draws(seed);
   int capacity = trace.initial_capacity;
   std::optional<Millis> next_failure = draws.wait(trace.failures, capacity);
-  std::optional<Millis> next_notice = draws.wait(trace.notices, capacity);
+  std::optional<Millis> next_notice = draws.wait(trace.notices, trace.fleet.spot(capacity));
   // Nodes coming back (repairs, replacements), earliest first.
   std::priority_queue<Millis, std::vector<Millis>, std::greater<>> returns;
   size_t next_explicit = 0;
@@ -98,7 +99,7 @@ std::vector<TimelineEvent> expand(const Trace& trace, uint64_t seed) {
         break;
     }
     const int before = capacity;
-    capacity = capacity_after(e, capacity, trace.nodes_max);
+    capacity = capacity_after(e, capacity, trace);
     out.push_back(e);
     // A generator's own event always redraws it (its previous draw is used);
     // others redraw only when the rate changed.
@@ -110,7 +111,7 @@ std::vector<TimelineEvent> expand(const Trace& trace, uint64_t seed) {
       next_failure = from_now(draws.wait(trace.failures, capacity));
     }
     if (source == kNotice || capacity != before) {
-      next_notice = from_now(draws.wait(trace.notices, capacity));
+      next_notice = from_now(draws.wait(trace.notices, trace.fleet.spot(capacity)));
     }
   }
   return out;

@@ -1,5 +1,7 @@
 #include "sim/trace.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <fstream>
 #include <map>
@@ -7,6 +9,7 @@
 #include <system_error>
 
 #include "elasticrun/errors.hpp"
+#include "sim/controller.hpp"
 #include "util/strings.hpp"
 
 namespace elasticrun::sim {
@@ -48,6 +51,10 @@ class Parser {
   Trace finish();
 
  private:
+  // The fleet's on-demand nodes from the price line, once nodes_max is
+  // known; no notices where no node is spot.
+  void finish_fleet();
+
   int integer(std::string_view what, std::string_view text, int min) const {
     int n = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
@@ -76,11 +83,12 @@ class Parser {
     return *d;
   }
 
-  // key=value pairs after the first word, each key from `allowed` at most once.
+  // key=value pairs from w[first] on, each key from `allowed` at most once.
   std::map<std::string, std::string_view, std::less<>> pairs(
-      const std::vector<std::string_view>& w, std::initializer_list<std::string_view> allowed) {
+      const std::vector<std::string_view>& w, std::initializer_list<std::string_view> allowed,
+      size_t first = 1) {
     std::map<std::string, std::string_view, std::less<>> out;
-    for (size_t i = 1; i < w.size(); ++i) {
+    for (size_t i = first; i < w.size(); ++i) {
       const size_t eq = w[i].find('=');
       if (eq == std::string_view::npos)
         fail(std::string(w[0]) + ": expected KEY=VALUE, not " + util::quote(w[i]));
@@ -111,9 +119,12 @@ class Parser {
       if (w.size() != 2) fail(std::string(key) + " takes one value");
       return w[1];
     };
-    if (key == "throughput" || key == "policy" || key == "failures" || key == "notices") {
+    if (key == "throughput" || key == "policy" || key == "failures" || key == "notices" ||
+        key == "price" || key == "costs") {
       if (w.size() < 2) fail(std::string(key) + " needs values");
     }
+    // One `costs` line per group of policies; each policy once (costs()).
+    if (key == "costs") return costs(w);
     once(key);
     if (key == "duration") {
       trace_.duration = duration(key, one_value());
@@ -147,23 +158,93 @@ class Parser {
       throughput(w);
     } else if (key == "policy") {
       policy(w);
-    } else if (key == "failures" || key == "notices") {
-      const std::string_view delay_key = key == "failures" ? "repair" : "replace";
-      auto p = pairs(w, {"rate", delay_key});
-      if (!p.count("rate") || !p.count(delay_key)) {
-        fail(std::string(key) + " needs rate=<per node-hour> and " + std::string(delay_key) +
-             "=<duration>");
+    } else if (key == "failures") {
+      auto p = pairs(w, {"rate", "repair"});
+      if (!p.count("rate") || !p.count("repair")) {
+        fail("failures needs rate=<per node-hour> and repair=<duration>");
       }
-      Generator g;
-      g.rate_per_node_hour = number("rate", p.find("rate")->second);
-      g.delay = duration(delay_key, p.find(delay_key)->second);
-      (key == "failures" ? trace_.failures : trace_.notices) = g;
+      trace_.failures = Generator{number("rate", p.find("rate")->second),
+                                  duration("repair", p.find("repair")->second), Millis(0)};
+    } else if (key == "notices") {
+      auto p = pairs(w, {"rate", "replace", "notice"});
+      if (!p.count("rate") || !p.count("replace")) {
+        fail("notices needs rate=<per node-hour> and replace=<duration> (and may have notice=)");
+      }
+      Generator g{number("rate", p.find("rate")->second),
+                  duration("replace", p.find("replace")->second), Millis(0)};
+      if (auto it = p.find("notice"); it != p.end()) g.notice = duration("notice", it->second);
+      trace_.notices = g;
+    } else if (key == "price") {
+      price(w);
+    } else if (key == "unit") {
+      const std::string_view u = one_value();
+      for (char c : u) {
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') {
+          fail("unit must be a word (letters, digits, _ and -), not " + util::quote(u));
+        }
+      }
+      trace_.unit = std::string(u);
+    } else if (key == "work") {
+      trace_.work = number("work", one_value());
+      if (!(*trace_.work > 0)) fail("work must be above 0");
     } else {
       fail("unknown line " + util::quote(key) +
            " (headers: duration, nodes_max, gpus_per_node, checkpoint_save, checkpoint_load, "
            "checkpoint_every, restart, node_start, throughput, policy, seed, initial, failures, "
-           "notices; "
+           "notices, price, unit, work, costs; "
            "events: at TIME WHAT N)");
+    }
+  }
+
+  // price [on_demand=P] [spot=P] [spot_nodes=K]: per node-hour. One price
+  // makes every node that kind; with both, spot_nodes says how many are
+  // spot. Checked against nodes_max in finish().
+  void price(const std::vector<std::string_view>& w) {
+    auto p = pairs(w, {"on_demand", "spot", "spot_nodes"});
+    Fleet& f = trace_.fleet;
+    if (auto it = p.find("on_demand"); it != p.end()) {
+      f.on_demand_price = number("price on_demand", it->second);
+    }
+    if (auto it = p.find("spot"); it != p.end()) f.spot_price = number("price spot", it->second);
+    if (!f.priced()) fail("price needs on_demand=<per node-hour> and/or spot=<per node-hour>");
+    const bool both = f.on_demand_price && f.spot_price;
+    if (auto it = p.find("spot_nodes"); it != p.end()) {
+      if (!both) fail("price: spot_nodes goes with both prices (on_demand= and spot=)");
+      spot_nodes_ = integer("price spot_nodes", it->second, 0);
+    } else if (both) {
+      fail("price: with both prices, spot_nodes=K says how many nodes are spot");
+    }
+  }
+
+  // costs POLICY[,POLICY...] [restart=D] [checkpoint_load=D] [stop_save=D]
+  void costs(const std::vector<std::string_view>& w) {
+    const auto& known = controller_names();
+    std::vector<std::string> names;
+    std::string_view rest = w[1];
+    while (true) {
+      const size_t comma = rest.find(',');
+      const std::string name(rest.substr(0, comma));
+      if (std::find(known.begin(), known.end(), name) == known.end()) {
+        std::string list;
+        for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+        fail("costs: unknown policy " + util::quote(name) + " (known: " + list + ")");
+      }
+      auto [it, fresh] = costs_lines_.emplace(name, line_);
+      if (!fresh) {
+        fail("costs: " + name + " given twice (first on line " + std::to_string(it->second) + ")");
+      }
+      names.push_back(name);
+      if (comma == std::string_view::npos) break;
+      rest = rest.substr(comma + 1);
+    }
+    auto p = pairs(w, {"restart", "checkpoint_load", "stop_save"}, 2);
+    if (p.empty()) fail("costs needs restart=, checkpoint_load= or stop_save= after the policies");
+    for (const std::string& name : names) {
+      CostsLine& c = costs_[name];
+      for (const auto& [k, v] : p) {
+        const Millis d = duration("costs " + k, v);
+        (k == "restart" ? c.restart : k == "checkpoint_load" ? c.checkpoint_load : c.stop_save) = d;
+      }
     }
   }
 
@@ -257,9 +338,17 @@ class Parser {
     trace_.events.push_back(e);
   }
 
+  // A `costs` line's values; what it leaves out is the trace's.
+  struct CostsLine {
+    std::optional<Millis> restart, checkpoint_load, stop_save;
+  };
+
   Trace trace_;
   int line_ = 0;
   std::map<std::string, int, std::less<>> seen_;
+  std::optional<int> spot_nodes_;
+  std::map<std::string, CostsLine, std::less<>> costs_;
+  std::map<std::string, int, std::less<>> costs_lines_;
   Millis last_at_{0};
   std::optional<int> initial_capacity_;
   int initial_capacity_line_ = 0;
@@ -286,6 +375,12 @@ Trace Parser::finish() {
            std::to_string(trace_.nodes_max));
     }
   }
+  finish_fleet();
+  for (const auto& [name, c] : costs_) {
+    trace_.policy_costs[name] = {c.restart.value_or(trace_.restart),
+                                 c.checkpoint_load.value_or(trace_.checkpoint_load),
+                                 c.stop_save.value_or(trace_.checkpoint_save)};
+  }
   if (trace_.initial_size) {
     line_ = seen_.find("initial")->second;
     if (elastic::largest_allowed_at_most(trace_.policy, *trace_.initial_size) !=
@@ -297,7 +392,37 @@ Trace Parser::finish() {
   return std::move(trace_);
 }
 
+void Parser::finish_fleet() {
+  Fleet& f = trace_.fleet;
+  if (!f.priced()) return;
+  line_ = seen_.find("price")->second;
+  if (!f.spot_price) {
+    f.on_demand_nodes = trace_.nodes_max;
+  } else if (f.on_demand_price) {
+    if (*spot_nodes_ > trace_.nodes_max) {
+      fail("price: spot_nodes " + std::to_string(*spot_nodes_) + " is above nodes_max " +
+           std::to_string(trace_.nodes_max));
+    }
+    f.on_demand_nodes = trace_.nodes_max - *spot_nodes_;
+  }
+  if (f.on_demand_nodes < trace_.nodes_max) return;
+  // No spot node: a spot notice would have nothing to hit.
+  if (trace_.notices) {
+    line_ = seen_.find("notices")->second;
+    fail("notices: the price line makes no node spot");
+  }
+  for (const TraceEvent& e : trace_.events) {
+    line_ = e.line;
+    if (e.kind == EventKind::kSpotNotice) fail("spot_notice: the price line makes no node spot");
+  }
+}
+
 }  // namespace
+
+RecoveryCosts Trace::recovery(std::string_view policy_name) const {
+  if (auto it = policy_costs.find(policy_name); it != policy_costs.end()) return it->second;
+  return {restart, checkpoint_load, checkpoint_save};
+}
 
 const char* event_name(EventKind k) {
   switch (k) {

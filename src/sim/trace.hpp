@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -11,6 +12,7 @@
 
 #include "elastic/policy.hpp"
 #include "sim/duration.hpp"
+#include "sim/fleet.hpp"
 #include "sim/throughput.hpp"
 
 namespace elasticrun::sim {
@@ -34,11 +36,24 @@ struct TraceEvent {
 };
 
 // A random process over the available nodes: `failures rate=R repair=D`
-// (nodes die and come back D later) or `notices rate=R replace=D` (nodes get
-// a spot interruption notice and a replacement arrives D later).
+// (nodes die and come back D later) or `notices rate=R replace=D notice=N`
+// (spot nodes get an interruption notice, go N later, and a replacement
+// arrives D after the notice).
 struct Generator {
   double rate_per_node_hour = 0;
   Millis delay{0};
+  Millis notice{0};  // notices only
+};
+
+// What a policy pays to end a round and start the next one: the trace's
+// `restart`, `checkpoint_load` and `checkpoint_save`, or what a `costs` line
+// gives that policy instead (each launcher's measured recovery).
+struct RecoveryCosts {
+  Millis restart{0};
+  Millis checkpoint_load{0};
+  // The checkpoint a policy that saves on stop writes as it ends a round;
+  // periodic saves cost the trace's checkpoint_save whatever the policy.
+  Millis stop_save{0};
 };
 
 struct Trace {
@@ -66,6 +81,13 @@ struct Trace {
   std::optional<int> initial_size;
   std::optional<Generator> failures;
   std::optional<Generator> notices;
+  Fleet fleet;  // `price`
+  // What the throughput counts (`unit`): tokens, samples, images.
+  std::string unit = "tokens";
+  // `work N`: the job's whole work in `unit`; the run ends when it is done.
+  std::optional<double> work;
+  // `costs` lines: recovery costs of the policies they name.
+  std::map<std::string, RecoveryCosts, std::less<>> policy_costs;
   // Capacity at time 0: nodes_max unless `at 0 capacity N` says otherwise.
   int initial_capacity = 0;
   // Events after time 0, in time order (file order among equal times).
@@ -73,6 +95,10 @@ struct Trace {
 
   // initial_size, or its default.
   int start_size() const;
+  // A `costs` line's for the policy so named, or else the trace's.
+  RecoveryCosts recovery(std::string_view policy_name) const;
+  // From a spot notice to the node's going: `notices`'s notice=, else 0.
+  Millis notice_time() const { return notices ? notices->notice : Millis(0); }
 };
 
 // Parses a trace. Throws ConfigError "NAME:LINE: what is wrong" for the

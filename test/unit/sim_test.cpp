@@ -14,24 +14,16 @@
 #include "sim/throughput.hpp"
 #include "sim/timeline.hpp"
 #include "sim/trace.hpp"
+#include "sim_runs.hpp"
 
 using namespace elasticrun::sim;
+using elasticrun::sim::test::check_parse_error;
+using elasticrun::sim::test::run;
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 using elasticrun::ConfigError;
 
 namespace {
-
-RunResult run(const std::string& text, const std::string& policy, uint64_t seed = 0) {
-  const Trace t = parse_trace(text, "t.trace");
-  return simulate(t, expand(t, seed), policy);
-}
-
-void check_parse_error(const std::string& text, const std::string& where, const std::string& what) {
-  INFO(text);
-  CHECK_THROWS_AS(parse_trace(text, "t.trace"), ConfigError);
-  CHECK_THROWS_WITH(parse_trace(text, "t.trace"), Contains(where) && Contains(what));
-}
 
 // Costs: a scale event 30 + 20 + 45 = 95 s down; a crash 20 + 45 = 65 s
 // down plus the work since the last checkpoint.
