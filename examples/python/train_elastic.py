@@ -35,8 +35,10 @@ Under elasticrun --config FILE, the file's worldSizeOverrides
 (docs/job-config.md) apply at each (re)start: the entry for the number of
 nodes the job now runs on sets the base learning rate of the cosine schedule
 (which continues where it was, at the new base) and the micro-batch size of
-the plan; sizes without an entry train with --lr and --micro-batches. Under
-torchrun there is no file and nothing is overridden.
+the plan (one size, or a range up to the largest that fits memory, as
+elasticctl plan --emit-config writes it); sizes without an entry train with
+--lr and --micro-batches. Under torchrun there is no file and nothing is
+overridden.
 
 With --events DIR each process appends timing records to
 DIR/events.<pid>.jsonl (bench_events.py beside this file describes them).
@@ -65,7 +67,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import elasticrun
-from elasticrun.batch import load_overrides, plan_batches
+from elasticrun.batch import load_overrides, micro_batch_sizes, plan_batches
 from elasticrun.checkpoint import CheckpointManager
 from elasticrun.sampler import ElasticSampler
 
@@ -181,8 +183,7 @@ def train(args, events: EventLog) -> int:
 
     # The same global batch at every world size: each rank's micro-batch and
     # the common number of accumulation steps come from the plan.
-    micro_sizes = override.get("microBatchSize",
-                               [int(s) for s in args.micro_batches.split(",")])
+    micro_sizes = micro_batch_sizes(override, [int(s) for s in args.micro_batches.split(",")])
     plan = plan_batches(args.global_batch, world, micro_sizes)
     sampler = ElasticSampler(args.dataset, seed=args.seed)
     ckpt = CheckpointManager(args.ckpt, keep=3)

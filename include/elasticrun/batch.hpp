@@ -7,8 +7,9 @@
 // admissible_world_sizes, discrete_values_flag; docs/sdk-python.md): a job
 // whose ranks mix the two languages, or that moves from one to the other,
 // splits alike. load_overrides reads the per-world-size learning rate and
-// micro-batch of the job config file (docs/job-config.md). The integration
-// suite compares the two (test_sdk_cpp_equivalence.py).
+// micro-batch (one size, or a range capped by memory) of the job config file
+// (docs/job-config.md). The integration suite compares the two
+// (test_sdk_cpp_equivalence.py).
 #pragma once
 
 #include <cstdint>
@@ -59,10 +60,18 @@ std::vector<int64_t> admissible_world_sizes(int64_t global_batch,
                                             int64_t max_accum = 64);
 
 // One entry of the job config's worldSizeOverrides: only the keys the file
-// gives are set.
+// gives are set. The micro-batch is one size (micro_batch_size) or a range
+// (max_micro_batch_size: the largest that fits memory at that size, from
+// min_micro_batch_size or 1), never both; load_overrides refuses a file
+// that says both, or a minimum without a maximum or above it.
 struct Override {
-  std::optional<double> learning_rate;      // learningRate
-  std::optional<int64_t> micro_batch_size;  // microBatchSize
+  // Each initialised, so that aggregates that name only some (Override{lr,
+  // micro}, Override{.max_micro_batch_size = 8}) draw no missing-initializer
+  // warning, now or as members are added.
+  std::optional<double> learning_rate = std::nullopt;          // learningRate
+  std::optional<int64_t> micro_batch_size = std::nullopt;      // microBatchSize
+  std::optional<int64_t> min_micro_batch_size = std::nullopt;  // minMicroBatchSize
+  std::optional<int64_t> max_micro_batch_size = std::nullopt;  // maxMicroBatchSize
 
   bool operator==(const Override&) const = default;
 };
@@ -74,11 +83,21 @@ using Overrides = std::map<int64_t, Override>;
 // made absolute) to its workers.
 inline constexpr const char* kConfigFileEnv = "ELASTICRUN_CONFIG_FILE";
 
+// The micro-batch sizes `override` lets plan_batches choose from: its
+// micro_batch_size alone; every size from min_micro_batch_size (default 1)
+// to max_micro_batch_size; or `fallback` (the job's own sizes) when it gives
+// neither. Python's micro_batch_sizes. Throws ConfigError for an entry that
+// load_overrides would have refused (both forms, a minimum without a
+// maximum or above it, a size below 1, a maximum above 2^20).
+std::vector<int64_t> micro_batch_sizes(const Override& override,
+                                       const std::vector<int64_t>& fallback);
+
 // "--replica-discrete-values 2,4,8": the node counts among `nodes` at which
 // nproc_per_node ranks per node admit the global batch. An entry of
-// `overrides` with a micro_batch_size replaces micro_batch_sizes at its node
-// count, as the job will train there. Throws ConfigError when no node count
-// does, or an argument is below 1.
+// `overrides` that gives a micro-batch (one size or a range) replaces
+// micro_batch_sizes at its node count, as the job will train there
+// (micro_batch_sizes above). Throws ConfigError when no node count does, or
+// an argument is below 1.
 std::string discrete_values_flag(int64_t global_batch,
                                  const std::vector<int64_t>& micro_batch_sizes,
                                  int64_t nproc_per_node, const std::vector<int64_t>& nodes,

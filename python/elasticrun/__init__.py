@@ -66,6 +66,7 @@ from .batch import (
     admissible_world_sizes,
     discrete_values_flag,
     load_overrides,
+    micro_batch_sizes,
     plan_batches,
 )
 
@@ -121,6 +122,7 @@ __all__ = [
     "admissible_world_sizes",
     "discrete_values_flag",
     "load_overrides",
+    "micro_batch_sizes",
     "ElasticSampler",
 ]
 

@@ -13,7 +13,9 @@ is 8 ranks x 6 + 16 ranks x 5 with one accumulation step.
 plan_batches() picks the split, admissible_world_sizes() and
 discrete_values_flag() say which sizes admit one (to pass to elasticrun as
 --replica-discrete-values), load_overrides() reads the per-world-size
-learning rate and micro-batch of the job config file (docs/job-config.md).
+learning rate and micro-batch (one size, or a range capped by memory) of the
+job config file (docs/job-config.md), and micro_batch_sizes() turns an entry
+into the sizes plan_batches may use.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from __future__ import annotations
 import bisect
 import functools
 import operator
-import os
-import re
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Mapping, NoReturn, Optional, Tuple, Union
+from typing import Iterable, List, Mapping, Optional, Tuple, Union
+
+# The job config's reader lives in .overrides; its names stay importable
+# from here, where they were first.
+from .overrides import CONFIG_FILE_ENV, MAX_MICRO_BATCH_RANGE, Overrides, load_overrides  # noqa: F401
 
 __all__ = [
     "BatchPlan",
@@ -32,9 +36,8 @@ __all__ = [
     "admissible_world_sizes",
     "discrete_values_flag",
     "load_overrides",
+    "micro_batch_sizes",
 ]
-
-CONFIG_FILE_ENV = "ELASTICRUN_CONFIG_FILE"
 
 MicroBatchSizes = Union[int, Iterable[int]]
 
@@ -130,8 +133,9 @@ def discrete_values_flag(global_batch: int, micro_batch_sizes: MicroBatchSizes,
                          overrides: Optional[Mapping[int, Mapping[str, object]]] = None) -> str:
     """"--replica-discrete-values 2,4,8": the node counts among nodes at which
     nproc_per_node ranks per node admit the global batch. An entry of
-    overrides (load_overrides()) with a microBatchSize replaces
-    micro_batch_sizes at its node count, as the job will train there.
+    overrides (load_overrides()) that gives a micro-batch (microBatchSize,
+    or a range up to maxMicroBatchSize) replaces micro_batch_sizes at its
+    node count, as the job will train there (micro_batch_sizes()).
     Raises ValueError when no node count does."""
     g = _positive(global_batch, "global_batch")
     per_node = _positive(nproc_per_node, "nproc_per_node")
@@ -140,10 +144,8 @@ def discrete_values_flag(global_batch: int, micro_batch_sizes: MicroBatchSizes,
     counts = sorted({_positive(n, "a node count") for n in nodes})
     admitted = []
     for n in counts:
-        sizes = default_sizes
-        micro = (overrides or {}).get(n, {}).get("microBatchSize")
-        if micro is not None:
-            sizes = _sizes(micro)
+        given = _override_sizes((overrides or {}).get(n, {}))
+        sizes = default_sizes if given is None else _sizes(given)
         if _plan(g, n * per_node, sizes, accum_limit) is not None:
             admitted.append(n)
     if not admitted:
@@ -151,6 +153,47 @@ def discrete_values_flag(global_batch: int, micro_batch_sizes: MicroBatchSizes,
             f"no node count in {counts} admits global batch {g} with {per_node} ranks per node, "
             f"micro-batch sizes {list(default_sizes)} and at most {accum_limit} accumulation steps")
     return "--replica-discrete-values " + ",".join(str(n) for n in admitted)
+
+
+def micro_batch_sizes(override: Mapping[str, object],
+                      default: MicroBatchSizes) -> MicroBatchSizes:
+    """The micro-batch sizes one worldSizeOverrides entry (an item of
+    load_overrides()) lets plan_batches choose from: its microBatchSize
+    alone; every size from minMicroBatchSize (default 1) to
+    maxMicroBatchSize, the largest that fits memory at that size; or, when
+    it gives neither, default (the job's own sizes):
+
+        override = load_overrides().get(nodes, {})
+        plan = plan_batches(global_batch, world, micro_batch_sizes(override, range(1, 17)))
+
+    At a size whose entry gives a range, plan_batches picks the fewest
+    accumulation steps and the most even split within it, as it does with
+    any sizes; the global batch stays what it is."""
+    given = _override_sizes(override)
+    return default if given is None else given
+
+
+def _override_sizes(override: Mapping[str, object]) -> Optional[MicroBatchSizes]:
+    # load_overrides() has refused entries that give both forms, a minimum
+    # without a maximum or above it; a hand-made entry is checked here.
+    micro = override.get("microBatchSize")
+    low, high = override.get("minMicroBatchSize"), override.get("maxMicroBatchSize")
+    if micro is not None:
+        if low is not None or high is not None:
+            raise ValueError("an override gives microBatchSize (one size) or "
+                             "minMicroBatchSize/maxMicroBatchSize (a range), not both")
+        return micro  # type: ignore[return-value]  # plan_batches refuses one below 1
+    if high is None:
+        if low is not None:
+            raise ValueError("minMicroBatchSize needs maxMicroBatchSize")
+        return None
+    top = _positive(high, "maxMicroBatchSize")
+    bottom = 1 if low is None else _positive(low, "minMicroBatchSize")
+    if top > MAX_MICRO_BATCH_RANGE:
+        raise ValueError(f"maxMicroBatchSize must be at most {MAX_MICRO_BATCH_RANGE}, got {top}")
+    if bottom > top:
+        raise ValueError(f"minMicroBatchSize {bottom} is above maxMicroBatchSize {top}")
+    return range(bottom, top + 1)
 
 
 def _positive(value: object, what: str) -> int:
@@ -182,9 +225,26 @@ def _plan(g: int, w: int, sizes: Tuple[int, ...], accum_limit: int) -> Optional[
     return None
 
 
+def _sizes_text(sizes: Tuple[int, ...]) -> str:
+    """[1..64, 96]: runs of three or more consecutive sizes as first..last,
+    so that a range of a million sizes is not a million numbers long."""
+    parts: List[str] = []
+    i = 0
+    while i < len(sizes):
+        j = i
+        while j + 1 < len(sizes) and sizes[j + 1] == sizes[j] + 1:
+            j += 1
+        if j - i >= 2:
+            parts.append(f"{sizes[i]}..{sizes[j]}")
+        else:
+            parts.extend(str(m) for m in sizes[i:j + 1])
+        i = j + 1
+    return "[" + ", ".join(parts) + "]"
+
+
 def _why_not(g: int, w: int, sizes: Tuple[int, ...], accum_limit: int) -> str:
     head = (f"no plan for global batch {g} on {w} ranks with micro-batch sizes "
-            f"{list(sizes)} and at most {accum_limit} accumulation steps: ")
+            f"{_sizes_text(sizes)} and at most {accum_limit} accumulation steps: ")
     if w * sizes[0] > g:
         return head + (f"{w} ranks at the smallest micro-batch ({sizes[0]}) already take "
                        f"{w * sizes[0]} samples per step")
@@ -260,233 +320,3 @@ def _small_coin_table(coins: Tuple[int, ...]) -> Tuple[List[int], List[int]]:
             if prev >= 0 and (best[v] < 0 or prev + 1 < best[v]):
                 best[v], last[v] = prev + 1, c
     return best, last
-
-
-# ---------------------------------------------------------------------------
-# worldSizeOverrides of the job config file.
-#
-# elasticrun has already checked the whole file with a full YAML parser
-# (src/cli/job_config.cpp) before it started this worker. This is a reader
-# for the forms that section is written in (block and flow mappings of plain
-# scalars, comments), not a YAML parser: PyYAML is not a dependency, and its
-# YAML 1.1 would read 1e-4 as a string where elasticrun reads a number.
-# Anything else in the section is refused with the line, not guessed at.
-
-MAX_CONFIG_BYTES = 1 << 20
-_OVERRIDE_KEYS = ("learningRate", "microBatchSize")
-_INT_RE = re.compile(r"[+-]?[0-9]+\Z")
-_FLOAT_RE = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?\Z")
-_KEY_RE = re.compile(r"""(?P<key>"[^"]*"|'[^']*'|[^\s:#'"{}\[\],][^:#]*?)\s*:(?:\s+|\Z)(?P<rest>.*)\Z""")
-
-Overrides = Dict[int, Dict[str, Union[float, int]]]
-
-
-def load_overrides(path: Optional[Union[str, os.PathLike]] = None) -> Overrides:
-    """{world size in nodes: {"learningRate": float, "microBatchSize": int}}
-    from the worldSizeOverrides section of the job config file at path
-    (default: $ELASTICRUN_CONFIG_FILE; no such variable, or no such section:
-    {}). An entry holds only the keys the file gives. Raises ValueError,
-    naming the file and line, on a section this reader does not understand
-    or that elasticrun would have refused; OSError when it cannot be read."""
-    if path is None:
-        path = os.environ.get(CONFIG_FILE_ENV) or None
-        if path is None:
-            return {}
-    name = os.fspath(path)
-    with open(name, "rb") as f:
-        data = f.read(MAX_CONFIG_BYTES + 1)
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ValueError(f"{name}: larger than {MAX_CONFIG_BYTES} bytes")
-    return _OverridesReader(name, data.decode("utf-8")).read()
-
-
-class _OverridesReader:
-    def __init__(self, name: str, text: str) -> None:
-        self.name = name
-        # (line number, indent, content without comment), content lines only.
-        self.lines: List[Tuple[int, int, str]] = []
-        for number, raw in enumerate(text.splitlines(), start=1):
-            if "\t" in raw[: len(raw) - len(raw.lstrip())]:
-                self.fail(number, "a tab in the indentation")
-            content = _strip_comment(raw).rstrip()
-            if content.strip() and content.strip() not in ("---", "..."):
-                self.lines.append((number, len(content) - len(content.lstrip()), content.strip()))
-
-    def fail(self, line: int, why: str) -> NoReturn:
-        raise ValueError(f"{self.name}, line {line}: worldSizeOverrides: {why}")
-
-    def read(self) -> Overrides:
-        if not self.lines:
-            return {}
-        top = self.lines[0][1]
-        for i, (number, indent, text) in enumerate(self.lines):
-            if indent != top:
-                continue
-            m = _KEY_RE.match(text)
-            if m is None:
-                if text.startswith("{"):
-                    self.fail(number, "a flow mapping at the top level is not supported here")
-                continue
-            if _unquote(m.group("key")) != "worldSizeOverrides":
-                continue
-            body = []
-            for line in self.lines[i + 1:]:
-                if line[1] <= top:
-                    break
-                body.append(line)
-            return self.section(number, m.group("rest").strip(), body)
-        return {}
-
-    def section(self, number: int, inline: str, body: List[Tuple[int, int, str]]) -> Overrides:
-        if inline in ("", "~", "null") and not body:
-            return {}
-        if inline:
-            entries = self.flow(number, " ".join([inline] + [t for _, _, t in body]))
-            return self.entries(number, entries)
-        out: Overrides = {}
-        entry_indent = body[0][1]
-        i = 0
-        while i < len(body):
-            line, indent, text = body[i]
-            if indent != entry_indent:
-                self.fail(line, "unexpected indentation")
-            key, rest = self.key_value(line, text)
-            nested = []
-            i += 1
-            while i < len(body) and body[i][1] > entry_indent:
-                nested.append(body[i])
-                i += 1
-            if rest:
-                value = self.flow(line, " ".join([rest] + [t for _, _, t in nested]))
-            elif nested:
-                value = self.block(nested)
-            else:
-                self.fail(line, f"{key}: expected a mapping (learningRate, microBatchSize)")
-            self.add(out, line, key, value)
-        return out
-
-    def block(self, lines: List[Tuple[int, int, str]]) -> List[Tuple[int, str, str]]:
-        out = []
-        for line, indent, text in lines:
-            if indent != lines[0][1]:
-                self.fail(line, "unexpected indentation")
-            key, rest = self.key_value(line, text)
-            out.append((line, key, rest))
-        return out
-
-    def key_value(self, line: int, text: str) -> Tuple[str, str]:
-        m = _KEY_RE.match(text)
-        if m is None:
-            self.fail(line, f"expected 'key: value', got {text!r}")
-        return m.group("key"), m.group("rest").strip()
-
-    def flow(self, line: int, text: str) -> List[Tuple[int, str, object]]:
-        """{k: v, ...}, v a plain scalar or another such mapping."""
-        pos = 0
-
-        def fail(why: str) -> None:
-            self.fail(line, f"{why} at column {pos + 1} of {text!r}")
-
-        def skip() -> None:
-            nonlocal pos
-            while pos < len(text) and text[pos] == " ":
-                pos += 1
-
-        def scalar() -> str:
-            nonlocal pos
-            start = pos
-            while pos < len(text) and text[pos] not in ",{}[]" and not (
-                    text[pos] == ":" and (pos + 1 == len(text) or text[pos + 1] in " ,{}")):
-                pos += 1
-            return text[start:pos].strip()
-
-        def mapping() -> List[Tuple[int, str, object]]:
-            nonlocal pos
-            if text[pos:pos + 1] != "{":
-                fail("expected '{'")
-            pos += 1
-            items: List[Tuple[int, str, object]] = []
-            skip()
-            while text[pos:pos + 1] != "}":
-                key = scalar()
-                if not key or text[pos:pos + 1] != ":":
-                    fail("expected 'key: value'")
-                pos += 1
-                skip()
-                value: object = mapping() if text[pos:pos + 1] == "{" else scalar()
-                items.append((line, key, value))
-                skip()
-                if text[pos:pos + 1] == ",":
-                    pos += 1
-                    skip()
-                elif text[pos:pos + 1] != "}":
-                    fail("expected ',' or '}'")
-            pos += 1
-            return items
-
-        skip()
-        items = mapping()
-        skip()
-        if pos != len(text):
-            fail("unexpected text after the mapping")
-        return items
-
-    def entries(self, line: int, items: List[Tuple[int, str, object]]) -> Overrides:
-        out: Overrides = {}
-        for item_line, key, value in items:
-            self.add(out, item_line, key, value)
-        return out
-
-    def add(self, out: Overrides, line: int, key: str, value: object) -> None:
-        if not _INT_RE.match(key):
-            self.fail(line, f"key {key!r} is not a world size in nodes")
-        nodes = int(key)
-        if nodes < 1:
-            self.fail(line, f"{key}: a world size must be at least 1 node")
-        if nodes in out:
-            self.fail(line, f"world size {nodes} is given twice")
-        if not isinstance(value, list):
-            self.fail(line, f"{key}: expected a mapping (learningRate, microBatchSize), got {value!r}")
-        entry: Dict[str, Union[float, int]] = {}
-        for item_line, name, text in value:
-            where = f"{key}.{name}"
-            if name not in _OVERRIDE_KEYS:
-                self.fail(item_line, f"unknown key {name!r} in {key}; expected one of "
-                          + ", ".join(_OVERRIDE_KEYS))
-            if name in entry:
-                self.fail(item_line, f"{where} is given twice")
-            if not isinstance(text, str) or not text:
-                self.fail(item_line, f"{where}: expected a number, got {text!r}")
-            if name == "microBatchSize":
-                if not _INT_RE.match(text):
-                    self.fail(item_line, f"{where}: expected an integer, got {text!r}")
-                entry[name] = int(text)
-                if entry[name] < 1:
-                    self.fail(item_line, f"{where}: must be at least 1")
-            else:
-                if not _FLOAT_RE.match(text):
-                    self.fail(item_line, f"{where}: expected a number, got {text!r}")
-                entry[name] = float(text)
-                if entry[name] < 0:
-                    self.fail(item_line, f"{where}: must not be negative")
-        out[nodes] = entry
-
-
-def _strip_comment(line: str) -> str:
-    # '#' opens a comment at the start or after a space, outside quotes.
-    quote = None
-    for i, ch in enumerate(line):
-        if quote:
-            if ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "#" and (i == 0 or line[i - 1] in " \t"):
-            return line[:i]
-    return line
-
-
-def _unquote(key: str) -> str:
-    if len(key) >= 2 and key[0] == key[-1] and key[0] in "'\"":
-        return key[1:-1]
-    return key

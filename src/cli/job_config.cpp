@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <map>
 
 #include "cli/flags.hpp"
 #include "cli/run_policy.hpp"
@@ -55,6 +56,31 @@ void read_elastic_policy(const YamlReader& r, const YAML::Node& section_key,
       });
 }
 
+// Why the micro-batch key `name`, just added to `given`, does not go with
+// the keys given before it; empty when it does. An entry says one size or a
+// range, and a range's sizes are listed by the SDKs' planners, so its top is
+// capped. The Python SDK's reader refuses the same, at the same key.
+std::string micro_batch_conflict(const std::map<std::string, int>& given, const std::string& name) {
+  const int value = given.at(name);
+  if (name == "maxMicroBatchSize" && value > kMaxMicroBatchRange) {
+    return "must be at most " + std::to_string(kMaxMicroBatchRange);
+  }
+  const bool range = given.contains("minMicroBatchSize") || given.contains("maxMicroBatchSize");
+  if (name == "microBatchSize" && range) {
+    return "one size, or a range (minMicroBatchSize, maxMicroBatchSize), not both";
+  }
+  if (name != "microBatchSize" && given.contains("microBatchSize")) {
+    return "a range, or one size (microBatchSize), not both";
+  }
+  const auto low = given.find("minMicroBatchSize");
+  const auto high = given.find("maxMicroBatchSize");
+  if (low != given.end() && high != given.end() && low->second > high->second) {
+    return "the range's minimum " + std::to_string(low->second) + " is above its maximum " +
+           std::to_string(high->second);
+  }
+  return "";
+}
+
 void read_world_size_overrides(const YamlReader& r, const YAML::Node& section_key,
                                const YAML::Node& section, JobConfig& c) {
   // Keyed by data (world sizes), so any key is welcome here; integer() checks it.
@@ -72,18 +98,27 @@ void read_world_size_overrides(const YamlReader& r, const YAML::Node& section_ke
         c.world_size_origins[size] = r.origin(k, path);
         auto& entry = c.world_size_overrides[size];
         if (v.IsNull()) r.fail(v, k, path, "expected a mapping (learningRate, microBatchSize)");
-        r.for_each_key(v, k, path, {"learningRate", "microBatchSize"},
+        std::map<std::string, int> micro;  // the micro-batch keys given so far
+        r.for_each_key(v, k, path,
+                       {"learningRate", "microBatchSize", "minMicroBatchSize", "maxMicroBatchSize"},
                        [&](const std::string& name, const YAML::Node& nk, const YAML::Node& nv) {
                          const std::string item = path + "." + name;
                          if (name == "learningRate") {
                            if (r.number(nk, nv, item) < 0) {
                              r.fail(nv, nk, item, "must not be negative");
                            }
-                         } else if (r.integer(nk, nv, item) < 1) {
-                           r.fail(nv, nk, item, "must be at least 1");
+                         } else {
+                           micro[name] = r.at_least(nk, nv, item, 1);
+                           if (const std::string why = micro_batch_conflict(micro, name);
+                               !why.empty()) {
+                             r.fail(nv, nk, item, why);
+                           }
                          }
                          entry[name] = nv.Scalar();
                        });
+        if (micro.contains("minMicroBatchSize") && !micro.contains("maxMicroBatchSize")) {
+          r.fail(k, k, path + ".minMicroBatchSize", "a range needs maxMicroBatchSize");
+        }
       });
 }
 

@@ -61,6 +61,11 @@ struct JobConfig {
   std::map<std::string, FileValue<std::string>> flag_settings;
 };
 
+// The most a worldSizeOverrides entry's maxMicroBatchSize may say: the SDKs'
+// planners list every size of a range (python/elasticrun/overrides.py has
+// the same limit).
+inline constexpr int kMaxMicroBatchRange = 1 << 20;
+
 // Parses YAML text; `file` names it in messages. An empty document is an
 // empty config. Throws ConfigError.
 JobConfig parse_job_config(std::string_view yaml, std::string_view file);

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "cli/job_config.hpp"
+
 namespace elasticrun::sdk {
 
 namespace {
@@ -20,6 +22,25 @@ std::string list_text(const Sizes& v) {
   std::string out = "[";
   for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
   return out + "]";
+}
+
+// Python's _sizes_text: runs of three or more consecutive sizes as
+// first..last, so that a range of a million sizes is not a million numbers
+// long.
+std::string sizes_text(const Sizes& v) {
+  std::string out;
+  auto add = [&out](const std::string& part) { out += (out.empty() ? "" : ", ") + part; };
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    if (j - i >= 2) {
+      add(std::to_string(v[i]) + ".." + std::to_string(v[j]));
+    } else {
+      for (size_t k = i; k <= j; ++k) add(std::to_string(v[k]));
+    }
+    i = j + 1;
+  }
+  return "[" + out + "]";
 }
 
 int64_t positive(int64_t value, const char* what) {
@@ -136,8 +157,9 @@ std::optional<BatchPlan> find_plan(int64_t g, int64_t w, const Sizes& sizes, int
 
 std::string why_not(int64_t g, int64_t w, const Sizes& sizes, int64_t accum_limit) {
   const std::string head = "no plan for global batch " + std::to_string(g) + " on " +
-                           std::to_string(w) + " ranks with micro-batch sizes " + list_text(sizes) +
-                           " and at most " + std::to_string(accum_limit) + " accumulation steps: ";
+                           std::to_string(w) + " ranks with micro-batch sizes " +
+                           sizes_text(sizes) + " and at most " + std::to_string(accum_limit) +
+                           " accumulation steps: ";
   if (w * sizes.front() > g) {
     return head + std::to_string(w) + " ranks at the smallest micro-batch (" +
            std::to_string(sizes.front()) + ") already take " + std::to_string(w * sizes.front()) +
@@ -217,6 +239,38 @@ std::vector<int64_t> admissible_world_sizes(int64_t global_batch,
   return out;
 }
 
+std::vector<int64_t> micro_batch_sizes(const Override& override,
+                                       const std::vector<int64_t>& fallback) {
+  // Python's checks, in its order, with its messages.
+  const auto& low = override.min_micro_batch_size;
+  const auto& high = override.max_micro_batch_size;
+  if (override.micro_batch_size) {
+    if (low || high) {
+      throw ConfigError(
+          "an override gives microBatchSize (one size) or "
+          "minMicroBatchSize/maxMicroBatchSize (a range), not both");
+    }
+    return {*override.micro_batch_size};  // plan_batches refuses one below 1
+  }
+  if (!high) {
+    if (low) throw ConfigError("minMicroBatchSize needs maxMicroBatchSize");
+    return fallback;
+  }
+  const int64_t top = positive(*high, "maxMicroBatchSize");
+  const int64_t bottom = low ? positive(*low, "minMicroBatchSize") : 1;
+  if (top > cli::kMaxMicroBatchRange) {
+    throw ConfigError("maxMicroBatchSize must be at most " +
+                      std::to_string(cli::kMaxMicroBatchRange) + ", got " + std::to_string(top));
+  }
+  if (bottom > top) {
+    throw ConfigError("minMicroBatchSize " + std::to_string(bottom) +
+                      " is above maxMicroBatchSize " + std::to_string(top));
+  }
+  std::vector<int64_t> out;
+  for (int64_t m = bottom; m <= top; ++m) out.push_back(m);
+  return out;
+}
+
 std::string discrete_values_flag(int64_t global_batch,
                                  const std::vector<int64_t>& micro_batch_sizes,
                                  int64_t nproc_per_node, const std::vector<int64_t>& nodes,
@@ -233,8 +287,9 @@ std::string discrete_values_flag(int64_t global_batch,
   std::string admitted;
   for (int64_t n : counts) {
     const auto it = overrides.find(n);
-    const bool overridden = it != overrides.end() && it->second.micro_batch_size.has_value();
-    const Sizes sizes = overridden ? sorted_sizes({*it->second.micro_batch_size}) : default_sizes;
+    const Sizes sizes = it == overrides.end()
+                            ? default_sizes
+                            : sorted_sizes(sdk::micro_batch_sizes(it->second, default_sizes));
     if (find_plan(g, n * per_node, sizes, accum_limit)) {
       admitted += (admitted.empty() ? "" : ",") + std::to_string(n);
     }

@@ -3,7 +3,7 @@
 // a worker reads exactly what the agent validated before it started the job.
 //
 // The Python SDK cannot share that parser and has a small reader of its own
-// (python/elasticrun/batch.py); test_sdk_cpp_equivalence.py holds the two to
+// (python/elasticrun/overrides.py); test_sdk_cpp_equivalence.py holds the two to
 // the same answers, and lists the forms where they part.
 #include <cerrno>
 #include <charconv>
@@ -70,6 +70,10 @@ Overrides load(const std::string& path, const std::string& what) {
         o.learning_rate = value_of<double>(value, origin);
       } else if (key == "microBatchSize") {
         o.micro_batch_size = value_of<int64_t>(value, origin);
+      } else if (key == "minMicroBatchSize") {
+        o.min_micro_batch_size = value_of<int64_t>(value, origin);
+      } else if (key == "maxMicroBatchSize") {
+        o.max_micro_batch_size = value_of<int64_t>(value, origin);
       }
       // The parser admits no other key today; one it learns later is not ours.
     }

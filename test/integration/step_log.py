@@ -1,7 +1,9 @@
-"""The step log of examples/python/train_elastic.py and train_elastic.cpp
-(--log DIR): one JSON line per step in DIR/steps.rank<R>.jsonl, a rank's
-lines across generations in one file. Read here, in one place; a line
-still being written (no newline yet) is not read."""
+"""The step log of examples/python/train_elastic.py, train_elastic.cpp and
+train_fsdp.py (--log or --step-log DIR): one JSON line per step in
+DIR/steps.rank<R>.jsonl, a rank's lines across generations in one file;
+train_fsdp.py's rank 0 also keeps DIR/state.jsonl, digests of the state it
+loaded and saved. Read here, in one place; a line still being written (no
+newline yet) is not read."""
 
 from __future__ import annotations
 
@@ -27,3 +29,10 @@ def by_step(log: Path) -> dict[int, list[dict]]:
         for entry in lines:
             out.setdefault(entry["step"], []).append({**entry, "rank": rank})
     return out
+
+
+def states(log: Path) -> list[dict]:
+    """train_fsdp.py's state digests in the order written: {"what": "loaded"
+    or "saved", "step", "gen", "world", "digest"}."""
+    path = log / "state.jsonl"
+    return _lines(path) if path.exists() else []

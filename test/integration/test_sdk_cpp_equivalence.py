@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, _binary
+from conftest import REPO, _binary, elasticctl  # noqa: F401 (fixture)
 
 sys.path.insert(0, str(REPO / "python"))
 from elasticrun.batch import (  # noqa: E402
@@ -32,6 +32,7 @@ from elasticrun.batch import (  # noqa: E402
     admissible_world_sizes,
     discrete_values_flag,
     load_overrides,
+    micro_batch_sizes,
     plan_batches,
 )
 from elasticrun.sampler import ElasticSampler, _Permutation  # noqa: E402
@@ -69,6 +70,8 @@ def test_both_languages_plan_every_batch_alike(sdk_tool):
         {"op": "plan", "g": 17, "w": 3, "sizes": [4, 6, 7], "max_accum": 64},
         {"op": "plan", "g": 128, "w": 200, "sizes": [1], "max_accum": 64},
         {"op": "plan", "g": 97, "w": 8, "sizes": [4], "max_accum": 3},
+        # A refused range is named by its ends: [1..1024, 2000].
+        {"op": "plan", "g": 10, "w": 20, "sizes": [*range(1, 1025), 2000], "max_accum": 64},
     ]
     for _ in range(400):
         sizes = sorted(rng.sample(range(1, 20), rng.randint(1, 5)))
@@ -83,6 +86,7 @@ def test_both_languages_plan_every_batch_alike(sdk_tool):
     assert 50 < planned < len(queries)
     assert answers[0]["describe"] == (
         "global batch 128 on 24 ranks = 8 ranks x 6 + 16 ranks x 5, 1 accumulation step")
+    assert "micro-batch sizes [1..1024, 2000] and" in answers[4]["error"]
 
 
 def test_both_languages_admit_the_same_world_sizes(sdk_tool):
@@ -231,11 +235,15 @@ def random_flag_query(rng: random.Random) -> dict:
     nodes = list(range(lo, lo + rng.randint(0, 12) + 1))
     overrides = {}
     for n in nodes:
-        if rng.random() < 0.3:
+        if rng.random() < 0.4:
+            high = rng.randint(1, 32)
             overrides[str(n)] = rng.choice([{"microBatchSize": rng.randint(1, 32)},
                                             {"learningRate": rng.random()},
                                             {"learningRate": 0.1,
-                                             "microBatchSize": rng.randint(1, 32)}])
+                                             "microBatchSize": rng.randint(1, 32)},
+                                            {"maxMicroBatchSize": high},
+                                            {"minMicroBatchSize": rng.randint(1, high),
+                                             "maxMicroBatchSize": high}])
     return {"op": "flag", "g": rng.choice([rng.randint(1, 2048), 2 ** rng.randint(0, 11)]),
             "sizes": sorted(rng.sample(range(1, 33), rng.randint(1, 4))),
             "nproc": rng.choice([1, 2, 4, 8, rng.randint(1, 8)]),
@@ -270,6 +278,80 @@ def test_both_languages_give_the_same_discrete_values_flag(sdk_tool):
     changed = sum(python_flag(q) != python_flag(dict(q, overrides={}))
                   for q in queries[6:] if q["overrides"])
     assert changed > 20
+
+
+def python_sizes(q: dict) -> dict:
+    try:
+        return {"sizes": list(_as_sizes(micro_batch_sizes(q["override"], q["default"])))}
+    except ValueError as e:
+        return {"error": str(e)}
+
+
+def _as_sizes(sizes) -> list:
+    return [sizes] if isinstance(sizes, int) else sizes
+
+
+def test_both_languages_take_the_same_sizes_from_an_override_and_refuse_the_same(sdk_tool):
+    rng = random.Random(5)
+    queries = [
+        {"op": "sizes", "override": {}, "default": [4, 6]},
+        {"op": "sizes", "override": {"learningRate": 0.5}, "default": [4, 6]},
+        {"op": "sizes", "override": {"microBatchSize": 3}, "default": [4, 6]},
+        {"op": "sizes", "override": {"maxMicroBatchSize": 3}, "default": [4, 6]},
+        {"op": "sizes", "override": {"minMicroBatchSize": 2, "maxMicroBatchSize": 5},
+         "default": [4]},
+        {"op": "sizes", "override": {"microBatchSize": 3, "maxMicroBatchSize": 4}, "default": [1]},
+        {"op": "sizes", "override": {"minMicroBatchSize": 2}, "default": [1]},
+        {"op": "sizes", "override": {"minMicroBatchSize": 5, "maxMicroBatchSize": 4},
+         "default": [1]},
+        {"op": "sizes", "override": {"maxMicroBatchSize": 0}, "default": [1]},
+        {"op": "sizes", "override": {"minMicroBatchSize": 0, "maxMicroBatchSize": 1},
+         "default": [1]},
+        {"op": "sizes", "override": {"maxMicroBatchSize": (1 << 20) + 1}, "default": [1]},
+    ]
+    keys = ["microBatchSize", "minMicroBatchSize", "maxMicroBatchSize"]
+    for _ in range(200):
+        override = {k: rng.randint(0, 9) for k in keys if rng.random() < 0.5}
+        queries.append({"op": "sizes", "override": override, "default": [rng.randint(1, 9)]})
+    answers = ask(sdk_tool, queries)
+    for q, got in zip(queries, answers):
+        assert got == python_sizes(q), q
+    assert answers[3] == {"sizes": [1, 2, 3]}
+    assert answers[4] == {"sizes": [2, 3, 4, 5]}
+    assert ["error" in a for a in answers[5:11]] == [True] * 6
+    # Both outcomes, over random entries too.
+    assert 20 < sum("error" in a for a in answers[11:]) < 180
+
+
+def test_a_config_elasticctl_plan_emits_is_read_alike_and_planned_within_its_ranges(
+        sdk_tool, elasticctl, tmp_path):  # noqa: F811
+    config = tmp_path / "job.yaml"
+    # 3 nodes (24 ranks) do not divide the global batch 256: only an uneven
+    # split keeps it, which a range allows.
+    emit = subprocess.run([elasticctl, "plan", "--preset", "8b", "--seq-len", "8192",
+                           "--sharding", "fsdp", "--activation-checkpointing", "full",
+                           "--gpu-memory", "80", "--global-batch", "256", "--world-sizes", "1:4",
+                           "--gpus-per-node", "8", "--emit-config", config],
+                          capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
+    assert emit.returncode == 0, emit.stderr
+    want = load_overrides(config)
+    (got,) = ask(sdk_tool, [{"op": "overrides", "path": str(config)}])
+    assert same_numbers(cpp_overrides(got)["overrides"], want), config.read_text()
+    assert sorted(want) == [1, 2, 3, 4], config.read_text()
+    queries = []
+    for nodes, entry in sorted(want.items()):
+        assert set(entry) == {"maxMicroBatchSize"}, entry
+        sizes = list(micro_batch_sizes(entry, [1024]))
+        queries.append({"op": "plan", "g": 256, "w": nodes * 8, "sizes": sizes, "max_accum": 64})
+    for q, got in zip(queries, ask(sdk_tool, queries)):
+        assert got == python_plan(q), q
+        top = q["sizes"][-1]
+        assert all(1 <= m <= top for m in got["micro_batches"]), (q, got)
+        assert sum(got["micro_batches"]) * got["accum_steps"] == 256, (q, got)
+        # The comment after the entry is the split both SDKs make.
+        line = next(t for t in config.read_text().splitlines()
+                    if t.startswith(f"  {q['w'] // 8}: "))
+        assert line.endswith(got["describe"].split(" = ", 1)[1]), (line, got)
 
 
 # --- worldSizeOverrides of the job config file -------------------------------
@@ -422,7 +504,13 @@ def random_config(rng: random.Random) -> str:
         items = []
         if rng.random() < 0.8:
             items.append(("learningRate", random_number_text(rng, False)))
-        if rng.random() < 0.8 or not items:
+        if rng.random() < 0.3:
+            high = random_number_text(rng, True)
+            items.append(("maxMicroBatchSize", high))
+            if rng.random() < 0.5:
+                low = rng.randint(1, int(high))
+                items.append(("minMicroBatchSize", rng.choice(["", "+", "0"]) + str(low)))
+        elif rng.random() < 0.8 or not items:
             items.append(("microBatchSize", random_number_text(rng, True)))
         rng.shuffle(items)
         key = rng.choice(["", "0"]) + str(nodes)

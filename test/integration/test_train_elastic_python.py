@@ -99,12 +99,13 @@ def generations(logged: dict[int, list[dict]]) -> list[tuple[int, int, int]]:
     return out
 
 
-def check_run(logged: dict[int, list[dict]]) -> None:
-    """Steps 1..STEPS each ran once, by every rank of one generation (ranks
+def check_run(logged: dict[int, list[dict]], steps: int = STEPS, dataset: int = DATASET,
+              global_batch: int = GLOBAL_BATCH) -> None:
+    """Steps 1..steps each ran once, by every rank of one generation (ranks
     0..W-1, W the world size), each with the same loss; the global batch is
     constant; within an epoch no sample is seen twice, and every epoch that
-    ended saw each sample once."""
-    assert sorted(logged) == list(range(1, STEPS + 1))
+    ended saw each sample once. (test_train_fsdp.py's run too.)"""
+    assert sorted(logged) == list(range(1, steps + 1))
     epochs: dict[int, list[int]] = defaultdict(list)
     for step, ranks in sorted(logged.items()):
         world = ranks[0]["world"]
@@ -112,15 +113,15 @@ def check_run(logged: dict[int, list[dict]]) -> None:
         assert [e["rank"] for e in ranks] == list(range(world)), (step, ranks)
         assert {e["world"] for e in ranks} == {world}, (step, ranks)
         assert len({e["loss"] for e in ranks}) == 1, (step, ranks)
-        assert {e["global_batch"] for e in ranks} == {GLOBAL_BATCH}, (step, ranks)
-        assert len(global_order(ranks)) == GLOBAL_BATCH, (step, ranks)
+        assert {e["global_batch"] for e in ranks} == {global_batch}, (step, ranks)
+        assert len(global_order(ranks)) == global_batch, (step, ranks)
         epochs[ranks[0]["epoch"]].extend(global_order(ranks))
-    per_epoch = DATASET // GLOBAL_BATCH
-    assert sorted(epochs) == list(range(math.ceil(STEPS / per_epoch)))
+    per_epoch = dataset // global_batch
+    assert sorted(epochs) == list(range(math.ceil(steps / per_epoch)))
     for epoch, seen in epochs.items():
         assert len(set(seen)) == len(seen), f"epoch {epoch} repeats samples"
-        if len(seen) == DATASET or epoch < max(epochs):
-            assert sorted(seen) == list(range(DATASET)), f"epoch {epoch} missed samples"
+        if len(seen) == dataset or epoch < max(epochs):
+            assert sorted(seen) == list(range(dataset)), f"epoch {epoch} missed samples"
 
 
 def events_of(directory: Path) -> list[dict]:
@@ -185,11 +186,10 @@ def finish(job: Job, marker: str, expected: dict[int, int]) -> None:  # noqa: F8
     assert not left, "processes of the job left behind:\n  " + "\n  ".join(left)
 
 
-def two_four_three_two(procs, elasticctl, job: Job, log: Path, store: int,  # noqa: F811
-                       run_id: str) -> None:
-    """Resizes a job of nodes 1 and 2 to 4 nodes (3 and 4 join at once), to
-    3 (node 4 leaves on SIGTERM) and to 2 (an operator releases one),
-    waiting for a step at each size."""
+def two_four_three(job: Job, log: Path) -> int:
+    """Resizes a job of nodes 1 and 2 to 4 nodes (3 and 4 join at once) and
+    to 3 (node 4 leaves on SIGTERM), waiting for a step at each size;
+    returns the generation at 3. (test_train_fsdp.py's resizes too.)"""
     job.start_agent(1)
     job.start_agent(2)
     g2 = wait_world(job, log, 2)
@@ -200,7 +200,14 @@ def two_four_three_two(procs, elasticctl, job: Job, log: Path, store: int,  # no
     # with the others at the agreed step.
     job.agents[4].popen.send_signal(signal.SIGTERM)
     assert job.agents[4].wait(GEN_TIMEOUT_S) == 128 + signal.SIGTERM, job.agents[4].describe()
-    g3 = wait_world(job, log, 3, after_gen=g4)
+    return wait_world(job, log, 3, after_gen=g4)
+
+
+def two_four_three_two(procs, elasticctl, job: Job, log: Path, store: int,  # noqa: F811
+                       run_id: str) -> None:
+    """two_four_three, then to 2 (an operator releases one), waiting for a
+    step at each size."""
+    g3 = two_four_three(job, log)
     # An operator's release: the highest group rank gives its place back and
     # waits as a spare until the job ends.
     ctl = procs.run([elasticctl, "release", "--nodes", "1", "--rdzv-endpoint",

@@ -9,6 +9,7 @@ from elasticrun.batch import (
     BatchPlan,
     admissible_world_sizes,
     discrete_values_flag,
+    micro_batch_sizes,
     plan_batches,
 )
 
@@ -152,6 +153,90 @@ def test_an_override_micro_batch_replaces_the_sizes_at_its_node_count():
     overrides = {4: {"microBatchSize": 3, "learningRate": 0.1}, 2: {"learningRate": 0.2}}
     assert discrete_values_flag(128, 8, 4, range(1, 9), overrides=overrides) == \
         "--replica-discrete-values 1,2"
+
+
+def test_an_override_range_replaces_the_sizes_at_its_node_count_and_admits_uneven_splits():
+    # 3 nodes are 12 ranks: 12 x 8 x k is never 128, but 64 = 4 ranks x 6 +
+    # 8 ranks x 5 in 2 steps is, from the sizes up to 8.
+    overrides = {3: {"maxMicroBatchSize": 8}, 2: {"maxMicroBatchSize": 2}}
+    assert discrete_values_flag(128, 8, 4, range(1, 9), overrides=overrides) == \
+        "--replica-discrete-values 1,2,3,4"
+    # 2 nodes at sizes 1 and 2 take 8 steps (8 ranks x 2): not within 4.
+    assert discrete_values_flag(128, 8, 4, range(1, 9), max_accum=4, overrides=overrides) == \
+        "--replica-discrete-values 1,3,4"
+
+
+def test_an_override_gives_one_size_a_range_or_else_the_default_sizes():
+    default = [4, 6, 8]
+    assert micro_batch_sizes({"microBatchSize": 5, "learningRate": 0.1}, default) == 5
+    assert list(micro_batch_sizes({"maxMicroBatchSize": 3}, default)) == [1, 2, 3]
+    assert list(micro_batch_sizes({"minMicroBatchSize": 2, "maxMicroBatchSize": 4}, default)) == \
+        [2, 3, 4]
+    assert micro_batch_sizes({"learningRate": 0.1}, default) is default
+    assert micro_batch_sizes({}, default) is default
+    assert len(micro_batch_sizes({"maxMicroBatchSize": 1 << 20}, default)) == 1 << 20
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"microBatchSize": 4, "maxMicroBatchSize": 8}, "not both"),
+    ({"microBatchSize": 4, "minMicroBatchSize": 2}, "not both"),
+    ({"minMicroBatchSize": 2}, "minMicroBatchSize needs maxMicroBatchSize"),
+    ({"minMicroBatchSize": 5, "maxMicroBatchSize": 4},
+     "minMicroBatchSize 5 is above maxMicroBatchSize 4"),
+    ({"maxMicroBatchSize": 0}, "maxMicroBatchSize must be at least 1, got 0"),
+    ({"maxMicroBatchSize": (1 << 20) + 1}, "maxMicroBatchSize must be at most 1048576"),
+])
+def test_an_override_load_overrides_would_refuse_is_refused_by_micro_batch_sizes(override, message):
+    with pytest.raises(ValueError, match=message):
+        micro_batch_sizes(override, [8])
+
+
+def test_a_range_that_does_not_divide_the_batch_keeps_it_with_uneven_micro_batches():
+    # What elasticctl plan writes for 3 nodes of 8 GPUs at a global batch of
+    # 256 when 4 sequences fit: no common micro-batch makes 256 over 24 ranks.
+    plan = plan_batches(256, 24, micro_batch_sizes({"maxMicroBatchSize": 4}, [8]))
+    assert (plan.micro_batches, plan.accum_steps) == ((3,) * 16 + (2,) * 8, 4)
+    assert sum(plan.local_batches) == 256
+
+
+def test_plans_from_a_range_stay_within_it_and_keep_the_global_batch():
+    rng = random.Random(21)
+    planned = 0
+    for _ in range(2000):
+        low = rng.randint(1, 6)
+        high = low + rng.randint(0, 10)
+        override = {"maxMicroBatchSize": high}
+        if low > 1 or rng.random() < 0.5:
+            override["minMicroBatchSize"] = low
+        g, w, max_accum = rng.randint(1, 400), rng.randint(1, 24), rng.choice([1, 4, 64])
+        sizes = micro_batch_sizes(override, [1000])
+        want = brute_force_key(g, w, list(sizes), max_accum) if w <= 4 and g <= 60 else None
+        try:
+            plan = plan_batches(g, w, sizes, max_accum)
+        except ValueError:
+            assert want is None
+            # No k divides g with w x low <= g / k <= w x high: nothing in the range can.
+            assert not any(g % k == 0 and w * low <= g // k <= w * high
+                           for k in range(1, max_accum + 1))
+            continue
+        assert all(low <= m <= high for m in plan.micro_batches), (override, plan)
+        assert sum(plan.local_batches) == g
+        assert max(plan.micro_batches) - min(plan.micro_batches) <= 1
+        if want is not None:
+            assert key(plan) == want
+        planned += 1
+    assert 500 < planned < 2000
+
+
+def test_a_plan_a_range_cannot_make_names_the_range_in_a_few_characters():
+    # A hand-written maxMicroBatchSize at the cap: a million sizes, one line.
+    sizes = micro_batch_sizes({"maxMicroBatchSize": 1 << 20}, [8])
+    with pytest.raises(ValueError) as e:
+        plan_batches(10, 20, sizes)
+    assert "micro-batch sizes [1..1048576] and at most 64" in str(e.value)
+    assert len(str(e.value)) < 300
+    with pytest.raises(ValueError, match=r"sizes \[1, 2, 4\.\.6, 9\] and"):
+        plan_batches(5, 10, [9, 1, 2, 4, 5, 6])
 
 
 def test_no_admissible_node_count_is_a_value_error_rather_than_an_empty_flag():

@@ -83,7 +83,39 @@ def test_a_flow_mapping_over_several_lines_is_read(tmp_path):
                                     16: {"microBatchSize": 1}}
 
 
+def test_a_range_reads_as_its_bounds_in_either_form_with_comments_after_entries(tmp_path):
+    # As elasticctl plan --emit-config writes it: a comment after each entry.
+    path = write(tmp_path, """\
+        worldSizeOverrides:
+          2: {maxMicroBatchSize: 6}  # 2 ranks x 6, 4 accumulation steps
+          3:
+            minMicroBatchSize: 2
+            maxMicroBatchSize: 4
+            learningRate: 0.1
+        """)
+    overrides = load_overrides(path)
+    assert overrides == {2: {"maxMicroBatchSize": 6},
+                         3: {"minMicroBatchSize": 2, "maxMicroBatchSize": 4, "learningRate": 0.1}}
+    assert type(overrides[3]["minMicroBatchSize"]) is int
+
+
 @pytest.mark.parametrize("body, message", [
+    ("  4: {microBatchSize: 4, maxMicroBatchSize: 8}",
+     r"line 2: .*4.maxMicroBatchSize: a range, or one size \(microBatchSize\), not both"),
+    ("  4: {maxMicroBatchSize: 8, microBatchSize: 4}",
+     r"4.microBatchSize: one size, or a range .* not both"),
+    ("  4: {minMicroBatchSize: 2, microBatchSize: 4}", r"4.microBatchSize: one size, or a range"),
+    ("  4:\n    minMicroBatchSize: 2\n    learningRate: 1",
+     r"line 2: .*4.minMicroBatchSize: a range needs maxMicroBatchSize"),
+    ("  4: {minMicroBatchSize: 5, maxMicroBatchSize: 4}",
+     r"4.maxMicroBatchSize: the range's minimum 5 is above its maximum 4"),
+    ("  4: {maxMicroBatchSize: 4, minMicroBatchSize: 5}",
+     r"4.minMicroBatchSize: the range's minimum 5 is above its maximum 4"),
+    ("  4: {maxMicroBatchSize: 0}", r"4.maxMicroBatchSize: must be at least 1"),
+    ("  4: {minMicroBatchSize: 0, maxMicroBatchSize: 2}",
+     r"4.minMicroBatchSize: must be at least 1"),
+    ("  4: {maxMicroBatchSize: 2.5}", r"4.maxMicroBatchSize: expected an integer"),
+    ("  4: {maxMicroBatchSize: 1048577}", r"4.maxMicroBatchSize: must be at most 1048576"),
     ("  4: {learningRate: 1, batch: 2}", r"line 2: worldSizeOverrides: unknown key 'batch' in 4"),
     ("  4: {microBatchSize: \"8\"}", r"line 2: .*4.microBatchSize: expected an integer"),
     ("  4: {microBatchSize: 4.5}", r"expected an integer, got '4.5'"),

@@ -8,10 +8,13 @@
 //   {"op": "admissible", "g": G, "sizes": [..], "candidates": [..], "max_accum": K}
 //       -> {"sizes": [..]} | {"error": "..."}
 //   {"op": "flag", "g": G, "sizes": [..], "nproc": P, "nodes": [..], "max_accum": K,
-//    "overrides": {"<nodes>": {"microBatchSize": m, "learningRate": x}, ..}}
+//    "overrides": {"<nodes>": {"microBatchSize": m, "learningRate": x, ..}, ..}}
 //       -> {"flag": "--replica-discrete-values ..."} | {"error": "..."}
+//   {"op": "sizes", "override": {"maxMicroBatchSize": m, ..}, "default": [..]}
+//       -> {"sizes": [..]} | {"error": "..."}   (sdk::micro_batch_sizes)
 //   {"op": "overrides", "path": P}  (no "path": $ELASTICRUN_CONFIG_FILE)
-//       -> {"overrides": {"<nodes>": {"learningRate": x, "microBatchSize": m}, ..}}
+//       -> {"overrides": {"<nodes>": {"learningRate": x, "microBatchSize": m,
+//                                     "minMicroBatchSize": m, "maxMicroBatchSize": m}, ..}}
 //          (only the keys the file gives) | {"error": "..."}
 //   {"op": "perm", "n": N, "seed": S, "epoch": E, "shuffle": b, "start": a, "stop": b}
 //       -> {"values": [..]}
@@ -31,6 +34,7 @@
 #include <iostream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,15 +53,21 @@ json state_json(const ElasticSampler::State& s) {
           {"epoch", s.epoch},     {"position", s.position}};
 }
 
+sdk::Override override_from(const json& value) {
+  sdk::Override o;
+  if (value.contains("learningRate")) o.learning_rate = value.at("learningRate").get<double>();
+  const auto size = [&](const char* key, std::optional<int64_t>& slot) {
+    if (value.contains(key)) slot = value.at(key).get<int64_t>();
+  };
+  size("microBatchSize", o.micro_batch_size);
+  size("minMicroBatchSize", o.min_micro_batch_size);
+  size("maxMicroBatchSize", o.max_micro_batch_size);
+  return o;
+}
+
 sdk::Overrides overrides_from(const json& j) {
   sdk::Overrides out;
-  for (const auto& [key, value] : j.items()) {
-    sdk::Override& o = out[std::stoll(key)];
-    if (value.contains("learningRate")) o.learning_rate = value.at("learningRate").get<double>();
-    if (value.contains("microBatchSize")) {
-      o.micro_batch_size = value.at("microBatchSize").get<int64_t>();
-    }
-  }
+  for (const auto& [key, value] : j.items()) out[std::stoll(key)] = override_from(value);
   return out;
 }
 
@@ -67,6 +77,8 @@ json overrides_json(const sdk::Overrides& overrides) {
     json entry = json::object();
     if (o.learning_rate) entry["learningRate"] = *o.learning_rate;
     if (o.micro_batch_size) entry["microBatchSize"] = *o.micro_batch_size;
+    if (o.min_micro_batch_size) entry["minMicroBatchSize"] = *o.min_micro_batch_size;
+    if (o.max_micro_batch_size) entry["maxMicroBatchSize"] = *o.max_micro_batch_size;
     out[std::to_string(nodes)] = entry;
   }
   return out;
@@ -119,6 +131,10 @@ json answer(const json& q) {
                sdk::discrete_values_flag(q.at("g"), q.at("sizes"), q.at("nproc"), q.at("nodes"),
                                          q.at("max_accum"),
                                          overrides_from(q.value("overrides", json::object())))}};
+    }
+    if (op == "sizes") {
+      return {{"sizes", sdk::micro_batch_sizes(override_from(q.at("override")),
+                                               q.at("default").get<std::vector<int64_t>>())}};
     }
     if (op == "overrides") {
       return {{"overrides", overrides_json(q.contains("path") ? sdk::load_overrides(q.at("path"))

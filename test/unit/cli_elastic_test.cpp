@@ -362,6 +362,47 @@ TEST_CASE("a value of the wrong type names the key, the expected type and the li
   }
 }
 
+TEST_CASE(
+    "a micro-batch range in worldSizeOverrides is kept as written, and refused where it "
+    "contradicts itself, at the key that does",
+    "[cli]") {
+  const JobConfig c = parse_job_config(
+      "worldSizeOverrides:\n  2: {maxMicroBatchSize: 6}  # emitted\n"
+      "  3: {minMicroBatchSize: 02, maxMicroBatchSize: 4, learningRate: 1e-4}\n"
+      "  4: {maxMicroBatchSize: 1048576}\n",
+      "j.yaml");
+  CHECK(c.world_size_overrides.at(2) ==
+        std::map<std::string, std::string>{{"maxMicroBatchSize", "6"}});
+  CHECK(c.world_size_overrides.at(3) ==
+        std::map<std::string, std::string>{
+            {"minMicroBatchSize", "02"}, {"maxMicroBatchSize", "4"}, {"learningRate", "1e-4"}});
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"  4: {microBatchSize: 4, maxMicroBatchSize: 8}\n",
+       "line 2: worldSizeOverrides.4.maxMicroBatchSize: a range, or one size (microBatchSize), "
+       "not both"},
+      {"  4:\n    maxMicroBatchSize: 8\n    microBatchSize: 4\n",
+       "line 4: worldSizeOverrides.4.microBatchSize: one size, or a range (minMicroBatchSize, "
+       "maxMicroBatchSize), not both"},
+      {"  4:\n    minMicroBatchSize: 2\n    learningRate: 1\n",
+       "line 2: worldSizeOverrides.4.minMicroBatchSize: a range needs maxMicroBatchSize"},
+      {"  4: {maxMicroBatchSize: 4, minMicroBatchSize: 5}\n",
+       "line 2: worldSizeOverrides.4.minMicroBatchSize: the range's minimum 5 is above its maximum "
+       "4"},
+      {"  4: {maxMicroBatchSize: 0}\n",
+       "line 2: worldSizeOverrides.4.maxMicroBatchSize: must be at least 1"},
+      {"  4: {maxMicroBatchSize: 1048577}\n",
+       "line 2: worldSizeOverrides.4.maxMicroBatchSize: must be at most 1048576"},
+      {"  4: {minMicroBatchSize: x, maxMicroBatchSize: 2}\n",
+       "line 2: worldSizeOverrides.4.minMicroBatchSize: expected an integer, got 'x'"},
+  };
+  for (const auto& [body, message] : cases) {
+    const std::string yaml = "worldSizeOverrides:\n" + body;
+    INFO(yaml);
+    REQUIRE_THROWS_AS(parse_job_config(yaml, "j.yaml"), ConfigError);
+    REQUIRE_THROWS_WITH(parse_job_config(yaml, "j.yaml"), Contains("j.yaml, " + message));
+  }
+}
+
 TEST_CASE("a bad value from the job config names the file, the line and the key", "[cli]") {
   TempDir dir;
   const auto file = write(dir, "j.yaml", "elasticPolicy:\n  minReplicas: 4\n  maxReplicas: 2\n");

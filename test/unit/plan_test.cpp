@@ -1,6 +1,7 @@
 // The memory planner (docs/planner.md): each term recomputed by hand for a
 // one-layer model small enough to count on paper, the plan over world
-// sizes, and the emitted worldSizeOverrides read back by the SDK's parser.
+// sizes, and the emitted worldSizeOverrides read back by the SDK's parser
+// and planned with the SDK's plan_batches.
 //
 // The model: 1 layer, hidden 8, 2 heads (head_dim 4), 1 kv head (kvd 4),
 // ffn 12, vocab 16, untied. Its matrices: q, o 8x8 (128), k, v 8x4 (64),
@@ -9,6 +10,7 @@
 // (496), the head with the final norm (136), the embedding (128).
 #include "plan/plan.hpp"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -259,41 +261,147 @@ TEST_CASE("world sizes read as ranges, steps and lists", "[plan]") {
   }
 }
 
-TEST_CASE("--emit-config's overrides read back through the SDK's parser as planned", "[plan]") {
-  test::TempDir dir;
-  PlanOptions o;
-  o.preset = "1b";
-  o.seq_len = 8192;
-  o.precision = "bf16";
-  o.sharding = "fsdp";
-  o.checkpointing = "full";
-  o.gpu_memory_gib = 80;
-  o.global_batch = 256;
-  o.gpus_per_node = 8;
-  o.world_sizes = "1:4";
+// What --emit-config wrote, read back through the SDK's own parser.
+sdk::Overrides emit_and_read(const test::TempDir& dir, PlanOptions& o) {
   o.emit_config = dir / "job.yaml";
   const PlanOutput out = run_plan(o);
   {
     std::ofstream file(o.emit_config);
     file << out.config;
   }
-  const sdk::Overrides read = sdk::load_overrides(o.emit_config);
+  return sdk::load_overrides(o.emit_config);
+}
+
+TEST_CASE(
+    "--emit-config writes the largest micro-batch that fits at each node count, and the "
+    "SDK's plans from it stay within it and keep the global batch",
+    "[plan]") {
+  test::TempDir dir;
+  PlanOptions o;
+  o.preset = "8b";
+  o.seq_len = 8192;
+  o.sharding = "fsdp";
+  o.checkpointing = "full";
+  o.gpu_memory_gib = 80;
+  o.global_batch = 256;
+  o.gpus_per_node = 8;
+  o.world_sizes = "1:4";
+  const sdk::Overrides read = emit_and_read(dir, o);
   const Plan plan = make_plan(make_request(o));
-  size_t usable = 0;
+  REQUIRE(plan.sizes.size() == 4);
   for (const SizePlan& s : plan.sizes) {
-    if (!s.usable(64)) continue;
-    ++usable;
+    INFO("nodes " << *s.nodes);
+    // Every size fits here, 3 nodes (24 ranks) too, which no common
+    // micro-batch keeps at 256: the SDK splits it unevenly.
     REQUIRE(read.count(*s.nodes) == 1);
-    CHECK(read.at(*s.nodes).micro_batch_size == s.micro_batch);
-    CHECK(!read.at(*s.nodes).learning_rate);
+    const sdk::Override& entry = read.at(*s.nodes);
+    CHECK(!entry.learning_rate);
+    CHECK(!entry.micro_batch_size);
+    CHECK(!entry.min_micro_batch_size);
+    CHECK(entry.max_micro_batch_size == std::min(s.largest_fit, (256 + s.ranks - 1) / s.ranks));
+    const sdk::BatchPlan bp =
+        sdk::plan_batches(256, s.ranks, sdk::micro_batch_sizes(entry, {1024}));
+    CHECK(bp.global_batch == 256);
+    int64_t sum = 0;
+    for (const int64_t m : bp.micro_batches) {
+      CHECK(m >= 1);
+      CHECK(m <= *entry.max_micro_batch_size);
+      sum += m;
+    }
+    CHECK(sum * bp.accum_steps == 256);
+    // Never more steps than the table's even split, where it has one.
+    if (s.keeps_global_batch) CHECK(bp.accum_steps <= *s.accumulation);
   }
-  CHECK(usable == read.size());
-  CHECK(usable >= 3);
-  // Each size's micro-batch is one the SDK plans the global batch with.
+  CHECK(!plan.sizes[2].keeps_global_batch);
+  CHECK(read.at(3).max_micro_batch_size == 4);
+}
+
+TEST_CASE(
+    "--emit-config leaves out a size where nothing fits or no split keeps the global "
+    "batch, and says why",
+    "[plan]") {
+  PlanOptions o;
+  o.preset = "8b";
+  o.seq_len = 8192;
+  o.sharding = "fsdp";
+  o.checkpointing = "full";
+  o.gpu_memory_gib = 30;
+  o.gpus_per_node = 8;
+  o.world_sizes = "1:3";
+  o.global_batch = 256;
+  o.emit_config = "unused.yaml";
+  const PlanOutput out = run_plan(o);
+  CHECK(out.config.find("\nworldSizeOverrides:\n  2: {maxMicroBatchSize: 1}  # 16 ranks x 1, 16 "
+                        "accumulation steps\n") != std::string::npos);
+  CHECK(out.config.find("\n  1: ") == std::string::npos);
+  CHECK(out.config.find("\n  3: ") == std::string::npos);
+  REQUIRE(out.notes.size() == 2);
+  CHECK_THAT(out.notes[0], Catch::StartsWith("--emit-config leaves out 1 nodes: at 8 ranks: "
+                                             "nothing fits: micro-batch 1 needs 33.8 GiB"));
+  // 24 ranks of 1 make 24 a step, and 256 is no multiple of it.
+  CHECK(out.notes[1] ==
+        "--emit-config leaves out 3 nodes: no split of the global batch 256 over "
+        "24 ranks at micro-batches up to 1 in at most 64 accumulation steps");
+
+  // A range takes no more than the ranks' share: 2 of 25 over 16 ranks.
+  o.gpu_memory_gib = 80;
+  o.global_batch = 25;
+  o.world_sizes = "2:3";
+  CHECK(run_plan(o).config.find("\n  2: {maxMicroBatchSize: 2}  # 9 ranks x 2 + 7 ranks x 1, 1 "
+                                "accumulation step\n  3: {maxMicroBatchSize: 2}  # 1 rank x 2 + "
+                                "23 ranks x 1, 1 accumulation step\n") != std::string::npos);
+}
+
+TEST_CASE("--emit-config with --micro-batch writes that size where it fits and keeps the batch",
+          "[plan]") {
+  test::TempDir dir;
+  PlanOptions o;
+  o.preset = "1b";
+  o.seq_len = 8192;
+  o.sharding = "fsdp";
+  o.checkpointing = "full";
+  o.gpu_memory_gib = 80;
+  o.global_batch = 256;
+  o.gpus_per_node = 8;
+  o.world_sizes = "1:4";
+  o.micro_batch = 4;
+  const sdk::Overrides read = emit_and_read(dir, o);
+  // 3 nodes: 24 x 4 does not divide 256.
+  CHECK(read.size() == 3);
+  CHECK(read.count(3) == 0);
   for (const auto& [nodes, entry] : read) {
-    const sdk::BatchPlan bp = sdk::plan_batches(256, nodes * 8, {*entry.micro_batch_size});
-    CHECK(bp.accum_steps * nodes * 8 * *entry.micro_batch_size == 256);
+    CHECK(entry == sdk::Override{.micro_batch_size = 4});
+    const sdk::BatchPlan bp = sdk::plan_batches(256, nodes * 8, sdk::micro_batch_sizes(entry, {}));
+    CHECK(bp.accum_steps * nodes * 8 * 4 == 256);
   }
+}
+
+TEST_CASE("range_split is the SDK's plan over the micro-batches from 1 to the largest", "[plan]") {
+  int64_t planned = 0;
+  for (int64_t g = 1; g <= 90; ++g) {
+    for (int64_t ranks = 1; ranks <= 12; ++ranks) {
+      for (int64_t largest = 1; largest <= 7; ++largest) {
+        for (const int64_t max_accum : {1, 3, 64}) {
+          std::vector<int64_t> sizes;
+          for (int64_t m = 1; m <= largest; ++m) sizes.push_back(m);
+          const auto split = range_split(g, ranks, largest, max_accum);
+          INFO(g << " over " << ranks << " up to " << largest << " in " << max_accum);
+          try {
+            const sdk::BatchPlan bp = sdk::plan_batches(g, ranks, sizes, max_accum);
+            REQUIRE(split);
+            std::vector<int64_t> want(static_cast<size_t>(split->ranks_at_larger), split->larger);
+            want.resize(static_cast<size_t>(ranks), split->smaller);
+            CHECK(bp.micro_batches == want);
+            CHECK(bp.accum_steps == split->accumulation);
+            ++planned;
+          } catch (const ConfigError&) {
+            CHECK(!split);
+          }
+        }
+      }
+    }
+  }
+  CHECK(planned > 5000);
 }
 
 TEST_CASE("elasticctl plan's options give a table or JSON, and refuse bad input", "[plan]") {

@@ -75,6 +75,73 @@ TEST_CASE("an override's micro-batch replaces the sizes at its node count only",
         "--replica-discrete-values 2,4");
 }
 
+TEST_CASE("an override's range replaces the sizes at its node count and admits uneven splits",
+          "[sdk][batch]") {
+  sdk::Overrides overrides;
+  // 3 nodes are 12 ranks: 12 x 8 x k is never 128, but 64 = 4 ranks x 6 +
+  // 8 ranks x 5 in 2 steps is, from the sizes up to 8.
+  overrides[3].max_micro_batch_size = 8;
+  overrides[2].max_micro_batch_size = 2;  // 8 ranks x 2 x 8 steps
+  CHECK(sdk::discrete_values_flag(128, {8}, 4, {1, 2, 3, 4, 5, 6, 7, 8}, 64, overrides) ==
+        "--replica-discrete-values 1,2,3,4");
+  CHECK(sdk::discrete_values_flag(128, {8}, 4, {1, 2, 3, 4, 5, 6, 7, 8}, 4, overrides) ==
+        "--replica-discrete-values 1,3,4");
+}
+
+TEST_CASE("an override gives one size, a range, or else the default sizes", "[sdk][batch]") {
+  const std::vector<int64_t> fallback{4, 6, 8};
+  sdk::Override o;
+  CHECK(sdk::micro_batch_sizes(o, fallback) == fallback);
+  o.learning_rate = 0.1;
+  CHECK(sdk::micro_batch_sizes(o, fallback) == fallback);
+  o.max_micro_batch_size = 3;
+  CHECK(sdk::micro_batch_sizes(o, fallback) == std::vector<int64_t>{1, 2, 3});
+  o.min_micro_batch_size = 2;
+  CHECK(sdk::micro_batch_sizes(o, fallback) == std::vector<int64_t>{2, 3});
+  // What elasticctl plan writes for 3 nodes of 8 GPUs at a global batch of
+  // 256 when 4 sequences fit: no common micro-batch makes 256 over 24 ranks.
+  const sdk::BatchPlan plan = sdk::plan_batches(
+      256, 24, sdk::micro_batch_sizes(sdk::Override{.max_micro_batch_size = 4}, {8}));
+  std::vector<int64_t> want(16, 3);
+  want.resize(24, 2);
+  CHECK(plan.micro_batches == want);
+  CHECK(plan.accum_steps == 4);
+  CHECK(sdk::micro_batch_sizes(sdk::Override{.micro_batch_size = 5}, fallback) ==
+        std::vector<int64_t>{5});
+}
+
+TEST_CASE("an override load_overrides would refuse is refused by micro_batch_sizes, as in Python",
+          "[sdk][batch]") {
+  CHECK_THROWS_WITH(
+      sdk::micro_batch_sizes(sdk::Override{.micro_batch_size = 4, .max_micro_batch_size = 8}, {8}),
+      Catch::EndsWith("not both"));
+  CHECK_THROWS_WITH(sdk::micro_batch_sizes(sdk::Override{.min_micro_batch_size = 2}, {8}),
+                    "minMicroBatchSize needs maxMicroBatchSize");
+  CHECK_THROWS_WITH(sdk::micro_batch_sizes(
+                        sdk::Override{.min_micro_batch_size = 5, .max_micro_batch_size = 4}, {8}),
+                    "minMicroBatchSize 5 is above maxMicroBatchSize 4");
+  CHECK_THROWS_WITH(sdk::micro_batch_sizes(sdk::Override{.max_micro_batch_size = 0}, {8}),
+                    "maxMicroBatchSize must be at least 1, got 0");
+  CHECK_THROWS_WITH(
+      sdk::micro_batch_sizes(sdk::Override{.max_micro_batch_size = (1 << 20) + 1}, {8}),
+      "maxMicroBatchSize must be at most 1048576, got 1048577");
+}
+
+TEST_CASE("a plan a range cannot make names the range in a few characters, as in Python",
+          "[sdk][batch]") {
+  // A hand-written maxMicroBatchSize at the cap: a million sizes, one line.
+  const auto sizes = sdk::micro_batch_sizes(sdk::Override{.max_micro_batch_size = 1 << 20}, {8});
+  try {
+    sdk::plan_batches(10, 20, sizes);
+    FAIL("planned 10 samples over 20 ranks");
+  } catch (const elasticrun::ConfigError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("micro-batch sizes [1..1048576] and at most 64"));
+    CHECK(std::string(e.what()).size() < 300);
+  }
+  CHECK_THROWS_WITH(sdk::plan_batches(5, 10, {9, 1, 2, 4, 5, 6}),
+                    Catch::Contains("sizes [1, 2, 4..6, 9] and"));
+}
+
 TEST_CASE("no admissible node count is an error naming the inputs, not an empty flag",
           "[sdk][batch]") {
   CHECK_THROWS_WITH(sdk::discrete_values_flag(7, {8, 2}, 4, {3, 1, 2}),

@@ -69,9 +69,9 @@ TEST_CASE("the example of the docs reads as numbers per node count", "[sdk][over
   TempDir dir;
   const sdk::Overrides overrides = sdk::load_overrides(write(dir, kDocsExample));
   REQUIRE(overrides.size() == 3);
-  CHECK(overrides.at(2) == sdk::Override{1.0e-4, 32});
-  CHECK(overrides.at(4) == sdk::Override{2.0e-4, 16});
-  CHECK(overrides.at(8) == sdk::Override{4.0e-4, 8});
+  CHECK(overrides.at(2) == sdk::Override{.learning_rate = 1.0e-4, .micro_batch_size = 32});
+  CHECK(overrides.at(4) == sdk::Override{.learning_rate = 2.0e-4, .micro_batch_size = 16});
+  CHECK(overrides.at(8) == sdk::Override{.learning_rate = 4.0e-4, .micro_batch_size = 8});
 }
 
 TEST_CASE("an entry holds only the keys the file gives, numbers as Python reads them",
@@ -84,11 +84,27 @@ TEST_CASE("an entry holds only the keys the file gives, numbers as Python reads 
   9: {}
 )"));
   REQUIRE(overrides.size() == 4);
-  CHECK(overrides.at(3) == sdk::Override{1e-4, std::nullopt});
-  CHECK(overrides.at(5) == sdk::Override{std::nullopt, 6});
+  CHECK(overrides.at(3) == sdk::Override{.learning_rate = 1e-4});
+  CHECK(overrides.at(5) == sdk::Override{.micro_batch_size = 6});
   CHECK(overrides.at(8).learning_rate == 0.0);
   CHECK(std::signbit(*overrides.at(8).learning_rate));  // Python's float("-0.0")
   CHECK(overrides.at(9) == sdk::Override{});
+}
+
+TEST_CASE("a micro-batch range reads as its bounds, with comments after the entries",
+          "[sdk][overrides]") {
+  TempDir dir;
+  const auto overrides = sdk::load_overrides(write(dir, R"(worldSizeOverrides:
+  2: {maxMicroBatchSize: 6}  # 2 ranks x 6, 4 accumulation steps
+  3:
+    minMicroBatchSize: 2
+    maxMicroBatchSize: 4
+    learningRate: 0.1
+)"));
+  REQUIRE(overrides.size() == 2);
+  CHECK(overrides.at(2) == sdk::Override{.max_micro_batch_size = 6});
+  CHECK(overrides.at(3) ==
+        sdk::Override{.learning_rate = 0.1, .min_micro_batch_size = 2, .max_micro_batch_size = 4});
 }
 
 TEST_CASE("a file without the section, or an empty one, has no overrides", "[sdk][overrides]") {
@@ -148,6 +164,12 @@ TEST_CASE("a section elasticrun refuses is refused with the file and the line",
              Catch::Contains("line 3") && Catch::Contains("world size 8 is given twice"));
   CHECK_THAT(refused("  8:"), Catch::Contains("expected a mapping"));
   CHECK_THAT(refused("  8: {learningRate: 1"), Catch::Contains("not valid YAML"));
+  CHECK_THAT(refused("  4: {microBatchSize: 4, maxMicroBatchSize: 8}"),
+             Catch::Contains("line 2") && Catch::Contains("not both"));
+  CHECK_THAT(refused("  4: {minMicroBatchSize: 2}"),
+             Catch::Contains("a range needs maxMicroBatchSize"));
+  CHECK_THAT(refused("  4: {minMicroBatchSize: 3, maxMicroBatchSize: 2}"),
+             Catch::Contains("minimum 3 is above its maximum 2"));
 }
 
 TEST_CASE("a file over one mebibyte is refused", "[sdk][overrides]") {
