@@ -2,12 +2,13 @@
 // the real rendezvous::Rendezvous::join() against one store, to time the
 // first round of a fixed-size job (bench/rendezvous_bench.py drives it).
 //
-//   rendezvous_loadgen --agents N [--repeats R] [--store HOST:PORT]
-//                      [--heartbeat-interval-ms MS] [--join-timeout-s S]
-//                      [--stack-kib K] [--log-level LEVEL]
+//   rendezvous_loadgen --agents N [--repeats R] [--store HOST:PORT | --etcd H:P[,H:P...]]
+//                      [--heartbeat-interval-ms MS] [--missed-heartbeats N]
+//                      [--join-timeout-s S] [--stack-kib K] [--log-level LEVEL]
 //
 // Each run: a fresh store::Server on 127.0.0.1 port 0 on a thread of this
-// process (or the given store, then with a fresh run id), N Rendezvous
+// process (or the given store, or an etcd cluster's members, then with a
+// fresh run id), N Rendezvous
 // objects connected to it (one blocking TCP connection each, set up before
 // the clock starts, as an agent's is before its first join), and N threads
 // parked on a start gate. The clock starts when the gate opens; the run's
@@ -23,7 +24,9 @@
 // timed window (null with --store).
 //
 // Agents' heartbeat threads are not started: they are not part of what a
-// join costs. The closer's heartbeat is the exception, kept alive by one
+// join costs. (A join beats once, with its record; a closer judges that
+// beat stale after --missed-heartbeats intervals, so a run that may take
+// longer wants more of them.) The closer's heartbeat is the exception, kept alive by one
 // library Heartbeat once the closer is known, because followers that wait
 // longer than missed_heartbeats intervals take over a closer whose counter
 // stands still; without it a slow run would measure that takeover instead.
@@ -73,7 +76,9 @@ struct Options {
   int repeats = 1;
   std::string store_host;  // empty: in-process server
   int store_port = 0;
+  std::optional<elasticrun::etcd::EtcdOptions> etcd;  // the rendezvous on etcd
   int heartbeat_interval_ms = 1000;  // RendezvousConfig's default, as the agent uses
+  int missed_heartbeats = 5;         // likewise
   int join_timeout_s = 600;
   size_t stack_kib = 256;
   std::string log_level = "warn";
@@ -82,9 +87,10 @@ struct Options {
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "rendezvous_loadgen: %s\n"
-               "usage: rendezvous_loadgen --agents N [--repeats R] [--store HOST:PORT]\n"
-               "                          [--heartbeat-interval-ms MS] [--join-timeout-s S]\n"
-               "                          [--stack-kib K] [--log-level LEVEL]\n",
+               "usage: rendezvous_loadgen --agents N [--repeats R] [--store HOST:PORT | --etcd "
+               "H:P[,H:P...]]\n"
+               "                          [--heartbeat-interval-ms MS] [--missed-heartbeats N]\n"
+               "                          [--join-timeout-s S] [--stack-kib K] [--log-level LEVEL]\n",
                why.c_str());
   std::exit(2);
 }
@@ -116,8 +122,24 @@ Options parse_args(int argc, char** argv) {
       if (colon == std::string::npos || colon == 0) usage("--store wants HOST:PORT");
       o.store_host = hp.substr(0, colon);
       o.store_port = static_cast<int>(parse_int(arg, hp.c_str() + colon + 1, 1));
+    } else if (arg == "--etcd") {
+      elasticrun::etcd::EtcdOptions e;
+      std::string list = value();
+      for (size_t begin = 0; begin <= list.size();) {
+        size_t end = list.find(',', begin);
+        if (end == std::string::npos) end = list.size();
+        const std::string hp = list.substr(begin, end - begin);
+        const auto colon = hp.rfind(':');
+        if (colon == std::string::npos || colon == 0) usage("--etcd wants HOST:PORT,...");
+        e.endpoints.emplace_back(hp.substr(0, colon),
+                                 static_cast<uint16_t>(parse_int(arg, hp.c_str() + colon + 1, 1)));
+        begin = end + 1;
+      }
+      o.etcd = std::move(e);
     } else if (arg == "--heartbeat-interval-ms") {
       o.heartbeat_interval_ms = static_cast<int>(parse_int(arg, value(), 1));
+    } else if (arg == "--missed-heartbeats") {
+      o.missed_heartbeats = static_cast<int>(parse_int(arg, value(), 1));
     } else if (arg == "--join-timeout-s") {
       o.join_timeout_s = static_cast<int>(parse_int(arg, value(), 1));
     } else if (arg == "--stack-kib") {
@@ -259,7 +281,7 @@ void run_once(const Options& opt, int run) {
   std::optional<LocalStore> local;
   std::string host = opt.store_host;
   int port = opt.store_port;
-  if (host.empty()) {
+  if (host.empty() && !opt.etcd) {
     local.emplace();
     host = "127.0.0.1";
     port = local->port();
@@ -271,6 +293,7 @@ void run_once(const Options& opt, int run) {
   rdzv::RendezvousConfig base;
   base.store_host = host;
   base.store_port = port;
+  base.etcd = opt.etcd;
   base.run_id = run_id;
   base.host = "127.0.0.1";
   base.local_world_size = 1;
@@ -278,6 +301,7 @@ void run_once(const Options& opt, int run) {
   base.sizes.max_replicas = n;
   base.join_timeout = std::chrono::seconds(opt.join_timeout_s);
   base.heartbeat_interval = std::chrono::milliseconds(opt.heartbeat_interval_ms);
+  base.missed_heartbeats = opt.missed_heartbeats;
   base.store_timeout = std::chrono::seconds(opt.join_timeout_s);
 
   const auto connect_start = Clock::now();
@@ -327,10 +351,8 @@ void run_once(const Options& opt, int run) {
   gate.count_down();
   std::thread pump = elasticrun::util::start_quiet_thread([&] {
     try {
-      elasticrun::StoreClientOptions co;
-      co.key_prefix = rdzv::keys::prefix(run_id);
-      co.timeout = std::chrono::seconds(opt.join_timeout_s);
-      auto client = elasticrun::StoreClient::connect(host, static_cast<uint16_t>(port), co);
+      const auto timeout = std::chrono::seconds(opt.join_timeout_s);
+      auto client = rdzv::connect_store(base, timeout, timeout);
       rdzv::RendezvousConfig c = base;
       c.node_id = rdzv::JoinRecord::parse(client.get(rdzv::keys::join(1, 1))).node_id;
       rdzv::Heartbeat hb(c);

@@ -133,6 +133,14 @@ EtcdBackend::Read EtcdBackend::read(const std::vector<std::string>& keys, Deadli
 
 EtcdBackend::Read EtcdBackend::read_all(const std::vector<std::string>& keys, Deadline dl,
                                         const std::string& what) {
+  // A watch left open by an earlier wait for this key saw no write since
+  // the read that started it: wait on it before reading anything.
+  if (keys.size() == 1 && gateway_.watching(wire_key(keys[0]))) {
+    if (gateway_.watch_for_put(wire_key(keys[0]), 0, dl) == Gateway::WatchEnd::kTimeout) {
+      throw TimeoutError("etcd " + endpoint() + ": " + what + ": timed out waiting for " +
+                         quote(keys[0]));
+    }
+  }
   for (;;) {
     Read r = read(keys, dl, what);
     if (r.missing == 0) return r;

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "elasticrun/errors.hpp"
+#include "etcd/watch.hpp"
 #include "util/backoff.hpp"
 #include "util/logging.hpp"
 #include "util/socket.hpp"
@@ -211,68 +212,34 @@ Json Gateway::call(const char* path, const Json& body, util::Deadline dl, bool r
   }
 }
 
+bool Gateway::watching(const std::string& key) const {
+  return watch_ && watch_->key() == key;
+}
+
 Gateway::WatchEnd Gateway::watch_for_put(const std::string& key, int64_t start_revision,
                                          util::Deadline dl) {
-  const std::string payload = watch_request(key, start_revision).dump();
   util::ExponentialBackoff backoff(Millis(20), Millis(500));
   for (;;) {
     if (dl.expired()) return WatchEnd::kTimeout;
-    // A connection of its own: closing it is how a watch is cancelled.
-    auto c = make_client(current_);
-    c->set_keep_alive(false);
-    const Millis left = dl.remaining();
-    set_timeouts(*c, std::min(left, kConnectTry), left);
-    std::optional<WatchEnd> end;
-    std::string buffer, failure;
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v3/watch";
-    req.body = payload;
-    req.set_header("Content-Type", "application/json");
-    // A member cut off from its cluster's leader ends the stream instead of
-    // holding it open with nothing to say.
-    req.set_header("Grpc-Metadata-hasleader", "true");
-    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-      buffer.append(data, n);
-      for (size_t nl; (nl = buffer.find('\n')) != std::string::npos; buffer.erase(0, nl + 1)) {
-        Json line;
-        try {
-          line = Json::parse(buffer.substr(0, nl));
-        } catch (const Json::exception&) {
-          failure = "an unreadable watch message";
-          return false;
-        }
-        if (const auto e = error_of(line)) {
-          failure = e->message;
-          return false;
-        }
-        const WatchMessage m = parse_watch(line);
-        if (m.compact_revision > 0) {
-          end = WatchEnd::kCompacted;
-          return false;
-        }
-        if (m.canceled) {
-          failure = "watch cancelled: " + m.cancel_reason;
-          return false;
-        }
-        for (const auto& ev : m.events) {
-          if (!ev.deleted && ev.kv.key == key) {
-            end = WatchEnd::kPut;
-            return false;
-          }
-        }
-      }
-      return !dl.expired();
-    };
-    httplib::Response res;
-    httplib::Error err = httplib::Error::Success;
-    c->send(req, res, err);
-    if (end) return *end;
-    if (dl.expired()) return WatchEnd::kTimeout;
-    if (failure.empty())
-      failure = err == httplib::Error::Success ? "the stream ended" : httplib::to_string(err);
+    if (!watching(key)) {
+      watch_.reset();  // another key's: closed
+      watch_ = std::make_unique<KeyWatch>(make_client(current_), key, start_revision);
+    }
+    switch (watch_->wait(dl)) {
+      case KeyWatch::State::kRunning:
+        return WatchEnd::kTimeout;  // it stays open for the next wait
+      case KeyWatch::State::kPut:
+        watch_.reset();
+        return WatchEnd::kPut;
+      case KeyWatch::State::kCompacted:
+        watch_.reset();
+        return WatchEnd::kCompacted;
+      case KeyWatch::State::kFailed:
+        break;
+    }
     util::logger("etcd")->debug("etcd {}: watch {}: {}; trying the next member", endpoint_, key,
-                                failure);
+                                watch_->failure());
+    watch_.reset();
     next_member();
     std::this_thread::sleep_for(std::min(backoff.next(), dl.remaining()));
   }

@@ -27,6 +27,8 @@ class Client;
 
 namespace elasticrun::etcd {
 
+class KeyWatch;
+
 struct EtcdOptions {
   // The cluster's client endpoints, tried in this order.
   std::vector<std::pair<std::string, uint16_t>> endpoints;
@@ -64,10 +66,15 @@ class Gateway {
     kCompacted,  // that revision is compacted away: read the key again
     kTimeout,    // dl passed
   };
-  // Watches `key` from `start_revision` until it is written or `dl` passes,
-  // on a connection of its own (closed to cancel the watch), moving to
-  // another member when the one in use fails.
+  // Waits until `key` is written at or after `start_revision`, or `dl`
+  // passes, on a watch of its own (etcd/watch.hpp), moving to another
+  // member when the one in use fails. When `dl` passes first the watch
+  // stays open, and the next call for the same key waits on it whatever
+  // revision it names: the open watch started no later.
   WatchEnd watch_for_put(const std::string& key, int64_t start_revision, util::Deadline dl);
+  // Whether a watch on `key` is open from an earlier call: nothing was
+  // written to the key since the read that started it.
+  bool watching(const std::string& key) const;
 
   // "host:port" of the member in use.
   const std::string& endpoint() const { return endpoint_; }
@@ -82,6 +89,7 @@ class Gateway {
   std::string endpoint_;
   std::unique_ptr<httplib::Client> client_;  // kept alive between calls
   bool serving_ = false;                     // the last call was served
+  std::unique_ptr<KeyWatch> watch_;          // open across calls (watch_for_put)
 };
 
 }  // namespace elasticrun::etcd

@@ -61,9 +61,11 @@ void Rendezvous::check_cancelled() const {
 Assignment Rendezvous::join(bool released) {
   auto log = util::logger("rendezvous");
   // COMPARE_SET on an absent key with expected "" creates it: the first
-  // agent of a job opens round 1.
-  uint64_t round =
-      static_cast<uint64_t>(parse_decimal(client_.compare_set(keys::kRound, "", "1"), "round"));
+  // agent of a job opens round 1. Read first: every other agent finds the
+  // key, and a read is no write (on etcd, no proposal to replicate).
+  std::string open_round = client_.get_present(keys::kRound);
+  if (open_round.empty()) open_round = client_.compare_set(keys::kRound, "", "1");
+  uint64_t round = static_cast<uint64_t>(parse_decimal(open_round, "round"));
   for (bool first = true;; first = false) {
     check_cancelled();
     // An agent that has never been admitted skips this read on its first
@@ -151,8 +153,12 @@ Assignment Rendezvous::join_round(uint64_t round, bool released, bool& spare) {
 
 // Waits up to `budget` for `key`, one heartbeat interval at a time, between
 // which it notices a cancelled agent and a job that ended. True when the key
-// exists.
-bool Rendezvous::wait_while_running(const std::string& key, Millis budget, const char* while_what) {
+// exists. `also`, when given, is read in the same request as the job's end
+// after each interval, into *also_value ("" when not set): what a waiter
+// checks between intervals costs one request, which matters where
+// thousands of agents wait on etcd.
+bool Rendezvous::wait_while_running(const std::string& key, Millis budget, const char* while_what,
+                                    const std::string& also, std::string* also_value) {
   const auto until = Clock::now() + budget;
   for (;;) {
     const auto left = std::chrono::duration_cast<Millis>(until - Clock::now());
@@ -163,10 +169,15 @@ bool Rendezvous::wait_while_running(const std::string& key, Millis budget, const
     } catch (const TimeoutError&) {
     }
     check_cancelled();
-    if (auto done = job_finished()) {
-      throw RendezvousClosed(done->first, std::string("the job ended while this node ") +
-                                              while_what + ": " + done->second);
+    // A key that is not set reads as "" (elasticrun's store, etcd), and
+    // no job's end record is empty.
+    const auto got = client_.multi_get_present({keys::kJobFinished, also.empty() ? key : also});
+    if (!got[0].empty()) {
+      const JobFinished f = JobFinished::parse(got[0]);
+      throw RendezvousClosed(f.failed, std::string("the job ended while this node ") +
+                                           while_what + ": " + f.reason);
     }
+    if (also_value) *also_value = got[1];
   }
 }
 
@@ -175,15 +186,19 @@ bool Rendezvous::wait_while_running(const std::string& key, Millis budget, const
 // COMPARE_SET on `closed` lets exactly one closer win).
 void Rendezvous::wait_for_close(uint64_t round, int64_t my_index) {
   const std::string closed_key = keys::closed(round);
-  std::string closer_hb;
+  std::string closer_hb, beat;
   const auto stale_after = config_.heartbeat_interval * config_.missed_heartbeats;
   for (;;) {
-    if (wait_while_running(closed_key, config_.heartbeat_interval, "waited to join")) return;
+    if (wait_while_running(closed_key, config_.heartbeat_interval, "waited to join", closer_hb,
+                           &beat)) {
+      return;
+    }
     if (my_index == 1) continue;  // we are the closer (a spare waiting for the round to open)
     if (closer_hb.empty()) {
       closer_hb = keys::heartbeat(JoinRecord::parse(client_.get(keys::join(round, 1))).node_id);
+      beat = client_.get_present(closer_hb);
     }
-    if (heartbeat_stale(client_.get_present(closer_hb), now_unix_ms(), stale_after)) {
+    if (heartbeat_stale(beat, now_unix_ms(), stale_after)) {
       util::logger("rendezvous")
           ->warn("round {}: the closing agent's heartbeat stopped; closing the round here", round);
       close_round(round, my_index);

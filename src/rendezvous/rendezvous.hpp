@@ -247,7 +247,8 @@ class Rendezvous {
   void wait_for_close(uint64_t round, int64_t my_index);
   void check_cancelled() const;
   void raise_to(const std::string& key, int64_t value);
-  bool wait_while_running(const std::string& key, Millis budget, const char* while_what);
+  bool wait_while_running(const std::string& key, Millis budget, const char* while_what,
+                          const std::string& also = {}, std::string* also_value = nullptr);
 
   RendezvousConfig config_;
   StoreClient client_;
