@@ -3,7 +3,7 @@
 
 Three agents on 127.0.0.1-3 with one gloo worker each and every member's
 endpoint: no agent hosts a store. etcd's leader is SIGKILLed mid-job: the
-job's round goes on (its members re-elect in under a second, the agents'
+job's round goes on (its members elect another leader, the agents'
 connections move to the members that live). Then `elasticctl release`
 asks, through etcd, for one node back: the leader shrinks the job to two
 on the two members left, the released node waits as a spare, and
@@ -28,10 +28,10 @@ from launcher_fixtures import (
     marker,  # noqa: F401 (fixture)
 )
 
-# The suite's short windows, with heartbeats missed for 3 s before a
-# member counts as lost: an etcd election and the agents' move to another
-# member take about a second.
-RDZV_CONF = "heartbeat_interval=0.2,missed_heartbeats=15,last_call_timeout=0.5,join_timeout=60"
+# The suite's short windows, with heartbeats missed for 5 s before a
+# member counts as lost: an etcd election (1 s timeout) and the agents'
+# move to another member take a second or two, more on a loaded machine.
+RDZV_CONF = "heartbeat_interval=0.2,missed_heartbeats=25,last_call_timeout=0.5,join_timeout=60"
 
 
 @pytest.fixture
@@ -52,9 +52,9 @@ def test_a_job_on_etcd_goes_on_through_the_loss_of_etcds_leader_and_obeys_an_ope
 
     leader = etcd.leader()
     etcd.kill(leader)
-    # Long enough for every heartbeat to be judged at least once after the
-    # election (3 s of missed beats would end the round).
-    time.sleep(4)
+    # Past the heartbeats' stall limit: had the loss stopped beats for that
+    # long, the leader would have ended the round by now.
+    time.sleep(6)
     assert max(job.by_gen("start")) == g3, "the loss of an etcd member ended the round"
     assert all(a.popen.poll() is None for a in job.agents.values())
 
