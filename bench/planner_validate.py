@@ -8,14 +8,19 @@ under DDP (one gloo process) and FSDP2 (two gloo processes). For each point
 the script runs `elasticctl plan --json` with the same shape and prints
 measured vs planned with the ratio.
 
-How the peak is measured: torch.profiler with profile_memory=True records
-every allocation and free of PyTorch's CPU allocator, in order, with its
-size. The model and the optimizer are built inside the profiled window, so
-the running sum of those events is exactly the bytes of live tensors, and
-its maximum is the peak: what torch.cuda.max_memory_allocated() reports on a
-GPU. Max RSS would be the wrong yardstick: glibc keeps freed memory, large
-tensors come and go as mmaps, and the interpreter and torch's own libraries
-are in it. The allocator's caching and fragmentation on a GPU (reserved
+How the peak is measured: each rank replaces PyTorch's CPU allocator with
+bench/cpu_peak_allocator.cpp, the default allocator plus a count of the
+bytes of live tensors, allocated or freed on any thread, and its maximum.
+The model and the optimizer are built inside the measured window, so the
+maximum less the bytes live when it opened is the peak: what
+torch.cuda.max_memory_allocated() reports on a GPU. Neither max RSS (glibc
+keeps freed memory, large tensors come and go as mmaps, the interpreter and
+torch's libraries are in it) nor torch.profiler's memory events would do:
+the profiler records a free only on a thread it profiles, and gloo frees
+the tensors a collective holds (an all-gather's output, the copy a
+reduce-scatter makes of its input) on its worker threads, so a running sum
+of its events never sees them go, and overstated FSDP2's peaks here by
+14 to 56 MiB. The allocator's caching and fragmentation on a GPU (reserved
 minus allocated) are not in either number; that is what --margin is for.
 
 Two micro-batches per step, so the gradients of the first are resident
@@ -24,9 +29,13 @@ not a test: it takes a few minutes on 2 CPUs.
 
     .venv/bin/python bench/planner_validate.py [--elasticctl build/dev/elasticctl]
         [--no-fsdp] [--write-docs]
+
+It builds bench/cpu_peak_allocator.cpp with torch.utils.cpp_extension (a
+C++ compiler; seconds) into build/planner_validate/.
 """
 
 import argparse
+import ctypes
 import gc
 import json
 import os
@@ -105,23 +114,35 @@ def build_model(torch, nn, F):
     return Decoder()
 
 
-def peak_bytes(prof) -> int:
-    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
-                    if e.name() == "[memory]")
-    live = peak = 0
-    for _, n in events:
-        live += n
-        peak = max(peak, live)
-    return peak
+def build_allocator() -> Path:
+    """Compiles the counting allocator; returns the shared library's path."""
+    from torch.utils import cpp_extension
+    out = ROOT / "build/planner_validate"
+    out.mkdir(parents=True, exist_ok=True)
+    cpp_extension.load(name="cpu_peak_allocator",
+                       sources=[str(ROOT / "bench/cpu_peak_allocator.cpp")],
+                       build_directory=str(out), is_python_module=False, extra_cflags=["-O2"])
+    return out / "cpu_peak_allocator.so"
 
 
-def measure(sharding: str, world: int, rank: int):
+def install_allocator(library: str):
+    """Makes the counting allocator PyTorch's CPU allocator in this process."""
+    import torch  # noqa: F401  (loads libc10, which the library links)
+    lib = ctypes.CDLL(library)
+    for name in ("elasticrun_cpu_live_bytes", "elasticrun_cpu_peak_bytes"):
+        getattr(lib, name).restype = ctypes.c_int64
+    if lib.elasticrun_cpu_install() != 1:
+        raise SystemExit("another CPU allocator of higher priority is registered; "
+                         "the counts would miss every allocation")
+    return lib
+
+
+def measure(sharding: str, world: int, rank: int, counter):
     """Every grid point at this rank; returns {(batch, seq, ac): peak bytes}."""
     import torch
     import torch.distributed as dist
     import torch.nn as nn
     import torch.nn.functional as F
-    from torch.profiler import ProfilerActivity, profile
 
     torch.manual_seed(0)
     torch.set_num_threads(max(1, (os.cpu_count() or 2) // world))
@@ -134,38 +155,41 @@ def measure(sharding: str, world: int, rank: int):
         # free it now, not inside this point's window.
         gc.collect()
         dist.barrier()
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            model = build_model(torch, nn, F)
-            model.checkpointing = ac == "full"
-            if sharding == "ddp":
-                model = nn.parallel.DistributedDataParallel(model)
-            else:
-                from torch.distributed.fsdp import fully_shard
-                fully_shard(model.embed)
-                for layer in model.layers:
-                    fully_shard(layer)
-                fully_shard([model.norm, model.head])
-                fully_shard(model)
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
-            for step in range(STEPS):
-                for micro in range(ACCUM):
-                    tokens = data[step * ACCUM + micro]
-                    (model(tokens[:, :-1], tokens[:, 1:]) / ACCUM).backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            del model, opt
-        out[(batch, seq, ac)] = peak_bytes(prof)
+        before = counter.elasticrun_cpu_live_bytes()
+        counter.elasticrun_cpu_reset_peak()
+        model = build_model(torch, nn, F)
+        model.checkpointing = ac == "full"
+        if sharding == "ddp":
+            model = nn.parallel.DistributedDataParallel(model)
+        else:
+            from torch.distributed.fsdp import fully_shard
+            fully_shard(model.embed)
+            for layer in model.layers:
+                fully_shard(layer)
+            fully_shard([model.norm, model.head])
+            fully_shard(model)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
+        for step in range(STEPS):
+            for micro in range(ACCUM):
+                tokens = data[step * ACCUM + micro]
+                (model(tokens[:, :-1], tokens[:, 1:]) / ACCUM).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        del model, opt
+        out[(batch, seq, ac)] = counter.elasticrun_cpu_peak_bytes() - before
         dist.barrier()
     return out
 
 
-def rank_main(sharding: str, world: int, rank: int, port: int, result: str) -> None:
+def rank_main(sharding: str, world: int, rank: int, port: int, result: str,
+              library: str) -> None:
+    # Before the process group and the models exist.
+    counter = install_allocator(library)
     import torch.distributed as dist
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
-    peaks = measure(sharding, world, rank)
-    if rank == 0:
-        Path(result).write_text(json.dumps([[list(k), v] for k, v in peaks.items()]))
+    peaks = measure(sharding, world, rank, counter)
+    Path(f"{result}.{rank}").write_text(json.dumps([[list(k), v] for k, v in peaks.items()]))
     dist.destroy_process_group()
 
 
@@ -176,15 +200,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_world(sharding: str, world: int):
+def run_world(sharding: str, world: int, library: Path):
+    """The peak at each grid point: the largest over the ranks."""
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         result = os.path.join(tmp, "peaks.json")
         procs = [subprocess.Popen([sys.executable, __file__, "--rank", sharding, str(world),
-                                   str(r), str(port), result]) for r in range(world)]
+                                   str(r), str(port), result, str(library)])
+                 for r in range(world)]
         if any(p.wait() != 0 for p in procs):
             raise SystemExit(f"{sharding} ranks failed")
-        return {tuple(k): v for k, v in json.loads(Path(result).read_text())}
+        peaks = {}
+        for r in range(world):
+            for k, v in json.loads(Path(f"{result}.{r}").read_text()):
+                peaks[tuple(k)] = max(v, peaks.get(tuple(k), 0))
+        return peaks
 
 
 def planned(elasticctl: str, sharding: str, world: int, batch: int, seq: int, ac: str):
@@ -199,8 +229,8 @@ def planned(elasticctl: str, sharding: str, world: int, batch: int, seq: int, ac
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--rank":
-        sharding, world, rank, port, result = sys.argv[2:7]
-        rank_main(sharding, int(world), int(rank), int(port), result)
+        sharding, world, rank, port, result, library = sys.argv[2:8]
+        rank_main(sharding, int(world), int(rank), int(port), result, library)
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--elasticctl", default=str(ROOT / "build/dev/elasticctl"))
@@ -210,11 +240,12 @@ def main() -> None:
     args = ap.parse_args()
 
     import torch
+    library = build_allocator()
     runs = [("ddp", 1)] + ([] if args.no_fsdp else [("fsdp", 2)])
     mib = 1024.0 * 1024
     rows, example = [], None
     for sharding, world in runs:
-        peaks = run_world(sharding, world)
+        peaks = run_world(sharding, world, library)
         for batch, seq, ac in GRID:
             plan, cmd = planned(args.elasticctl, sharding, world, batch, seq, ac)
             example = example or cmd
@@ -243,9 +274,10 @@ def main() -> None:
             "# Memory planner: `elasticctl plan` vs measured peaks",
             "",
             "Generated by `bench/planner_validate.py` on a 2-CPU machine (docs/planner.md "
-            "explains the terms, the measurement and the differences). Peaks are the running "
-            "sum of the CPU allocator's allocations and frees recorded by `torch.profiler` "
-            "(the CPU twin of `torch.cuda.max_memory_allocated()`).",
+            "explains the terms, the measurement and the differences). Peaks are the most "
+            "bytes of live tensors at once, counted by a CPU allocator that sees allocations "
+            "and frees on every thread (`bench/cpu_peak_allocator.cpp`: the CPU twin of "
+            "`torch.cuda.max_memory_allocated()`), the largest over the ranks.",
             "",
             "Reproduce (from the repository root):",
             "",

@@ -23,8 +23,8 @@ micro-batch and the accumulation steps, uneven if it must:
         train_fsdp.py --ckpt /shared/ckpt
 
 (On CPU --gpu-memory is only a stand-in: 3 MiB keeps the ranges small
-enough at this model's size to differ by size, 4 sequences at 2 and 3
-nodes and 5 at 4, which the SDK splits as 3 + 2 in 4 accumulation steps,
+enough at this model's size to differ by size, 4 sequences at 2 nodes
+and 5 at 3 and 4, which the SDK splits as 3 + 2 in 4 accumulation steps,
 4 + 3 + 3 in 2 and 5 + 5 + 5 + 5 in 1.)
 
 At each (re)start the entry for the node count the job runs on applies; a

@@ -114,6 +114,40 @@ double gathered_bytes(const TrainingSetup& s, const Unit& u) {
   return u.params * c + u.linear * stored_weight_bytes(s.precision);
 }
 
+// What FSDP2 (zero3, fsdp, hsdp) holds beside the sharded states at the
+// fullest moment of a unit's backward, over the units in backward order
+// (docs/planner.md, "Temporaries"). While unit k computes: its gathered
+// copy, its unsharded gradients in the compute dtype, the next unit's
+// all-gather output (prefetched) and the previous unit's fp32
+// reduce-scatter input (FSDP2 keeps it until k's own reduce-scatter). At
+// k's reduce-scatter, k resharded: the prefetch, k's reduce-scatter input,
+// and k's gradients until they are copied in, then the sharded output.
+double fsdp_backward_bytes(const TrainingSetup& s, const ParameterCounts& p, double d) {
+  const double c = compute_bytes(s.precision);
+  const double r = 4;  // MixedPrecisionPolicy(reduce_dtype=torch.float32)
+  const bool tied = s.model.tied_embeddings;
+  // A tied embedding-and-head unit is used first and last in the forward:
+  // gathered, with its gradient accumulating, from the head's backward to
+  // the embedding's, and reduce-scattered last.
+  const double held = tied ? gathered_bytes(s, p.head) + c * p.head.params : 0;
+  std::vector<Unit> order;
+  if (!tied) order.push_back(p.head);
+  for (int64_t i = 0; i < s.model.layers; ++i) order.push_back(p.layer);
+  if (!tied) order.push_back(p.embedding);
+
+  double peak = 0;
+  auto reduce = [&](const Unit& u) { return r * u.params + std::max(c, r / d) * u.params; };
+  for (size_t k = 0; k < order.size(); ++k) {
+    const Unit& u = order[k];
+    const double prefetched = k + 1 < order.size() ? gathered_bytes(s, order[k + 1]) : 0;
+    const double previous = k > 0 ? r * order[k - 1].params : 0;
+    const double compute = gathered_bytes(s, u) + c * u.params + prefetched + previous;
+    peak = std::max(peak, held + std::max(compute, prefetched + reduce(u)));
+  }
+  if (tied) peak = std::max(peak, reduce(p.head));
+  return peak;
+}
+
 }  // namespace
 
 void validate(const TrainingSetup& s) {
@@ -167,18 +201,10 @@ ParameterCounts parameter_counts(const ModelShape& m) {
   p.layer = Unit{(layer_linear + 2 * h) * scale, layer_linear * scale};
   // Units as torchtitan wraps them: each layer; the embedding; the final
   // norm with the head (one unit with the embedding when tied).
-  std::vector<Unit> units = {p.layer};
-  if (m.layers > 1) units.push_back(p.layer);
-  if (m.tied_embeddings) {
-    units.push_back(Unit{(table + h) * scale, 0});
-  } else {
-    units.push_back(Unit{table * scale, 0});
-    units.push_back(Unit{(table + h) * scale, 0});
-  }
-  std::sort(units.begin(), units.end(),
-            [](const Unit& a, const Unit& b) { return a.params > b.params; });
-  p.largest_unit = units[0];
-  p.second_unit = units[1];
+  p.embedding = Unit{m.tied_embeddings ? 0 : table * scale, 0};
+  p.head = Unit{(table + h) * scale, 0};
+  p.largest_unit = std::max({p.layer, p.embedding, p.head},
+                            [](const Unit& a, const Unit& b) { return a.params < b.params; });
   return p;
 }
 
@@ -216,16 +242,16 @@ Breakdown per_rank_memory(const TrainingSetup& s, int64_t world_size, int64_t mi
     if (quantized && !s.quantized_init) b.weights += p.linear * stored_weight_bytes(s.precision);
     if (c < 4) b.temporaries += (quantized ? p.matmul - p.linear : p.matmul) * c;
     b.temporaries += grads;  // DDP's buckets beside .grad (gradient_as_bucket_view=False)
+  } else if (s.sharding == Sharding::zero2) {
+    // Gathered in the forward and kept until the backward is done with them,
+    // and one unit's unsharded gradients with the fp32 copy reduce-scattered.
+    b.temporaries += gathered_bytes(s, Unit{p.total, p.linear}) + p.largest_unit.params * (c + 4);
   } else {
-    if (s.sharding == Sharding::zero2) {
-      // Gathered in the forward and kept until the backward is done with them.
-      b.temporaries += gathered_bytes(s, Unit{p.total, p.linear});
-    } else {
-      b.temporaries += gathered_bytes(s, p.largest_unit) + gathered_bytes(s, p.second_unit);
-    }
-    // One unit's unsharded gradients in the compute dtype and the fp32
-    // copy that is reduce-scattered.
-    b.temporaries += p.largest_unit.params * (c + 4);
+    // The loss's backward runs before any unit's: its gradients and the
+    // head's unit (torchtitan keeps it gathered after the forward) are never
+    // resident with the units' buffers, so the larger of the two moments.
+    b.temporaries =
+        std::max(b.temporaries + gathered_bytes(s, p.head), fsdp_backward_bytes(s, p, d));
   }
   return b;
 }

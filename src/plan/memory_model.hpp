@@ -73,7 +73,10 @@ struct TrainingSetup {
 
 // Peak bytes held by one rank, by what they hold. The peak is taken as every
 // term resident at once: the start of a micro-batch's backward when the
-// gradients of earlier micro-batches are still accumulating.
+// gradients of earlier micro-batches are still accumulating. Under zero3,
+// fsdp and hsdp the temporaries are the fuller of two moments that never
+// overlap, the loss's backward and a unit's, so the total grows with the
+// micro-batch but not always at the same rate.
 struct Breakdown {
   double weights = 0;      // the primary parameters (and TE's quantised cache under DDP)
   double gradients = 0;    // the accumulated gradients
@@ -84,8 +87,9 @@ struct Breakdown {
   double total() const { return weights + gradients + optimizer + activations + temporaries; }
 };
 
-// One FSDP unit (what is gathered at once): its parameters, and how many of
-// them are in the layers' quantisable matrices.
+// One FSDP unit (what is gathered at once, as torchtitan wraps: each layer,
+// the embedding, the final norm with the head): its parameters, and how
+// many of them are in the layers' quantisable matrices.
 struct Unit {
   double params = 0;
   double linear = 0;
@@ -98,8 +102,9 @@ struct ParameterCounts {
   double linear = 0;  // the layers' q, k, v, o, gate, up and down matrices
   double matmul = 0;  // every matrix used in a matmul: linear plus the output head
   Unit layer;         // one decoder layer (its matrices and two norms)
-  Unit largest_unit;  // the largest of: a layer, the embedding, the final norm and head
-  Unit second_unit;   // the next one (prefetched while the largest computes)
+  Unit embedding;     // the embedding's unit; none (0) when tied: it is in head
+  Unit head;          // the final norm and the head (and the embedding, when tied)
+  Unit largest_unit;  // the largest of the layer, the embedding and the head
 };
 
 // Throws ConfigError naming the first bad field.

@@ -8,8 +8,8 @@
 namespace elasticrun::plan {
 namespace {
 
-// Memory grows by the same bytes with each sequence, so the cap only keeps
-// the arithmetic in range; no GPU holds a micro-batch of 2^30 sequences.
+// The bisection's upper end: it keeps the arithmetic in range, and no GPU
+// holds a micro-batch of 2^30 sequences.
 constexpr int64_t kMicroBatchCap = int64_t{1} << 30;
 
 std::string gib(double bytes) {
@@ -124,17 +124,18 @@ SizePlan plan_size(const PlanRequest& r, int64_t ranks, double budget) {
 }  // namespace
 
 int64_t largest_micro_batch(const TrainingSetup& setup, int64_t world_size, double budget) {
-  const double one = per_rank_memory(setup, world_size, 1).total();
-  if (one > budget) return 0;
-  const double per_sequence = per_rank_memory(setup, world_size, 2).total() - one;
-  // The model is affine in the micro-batch; the loops below only undo
-  // rounding in the division, so the answer is the exact comparison's.
+  // The peak never falls as the micro-batch grows (every term is constant
+  // or grows with it), so bisect: fits(lo) holds, fits(hi) does not.
   auto fits = [&](int64_t m) { return per_rank_memory(setup, world_size, m).total() <= budget; };
-  double guess = 1 + std::floor((budget - one) / per_sequence);
-  auto m = static_cast<int64_t>(std::min(guess, static_cast<double>(kMicroBatchCap)));
-  while (m > 1 && !fits(m)) --m;
-  while (m < kMicroBatchCap && fits(m + 1)) ++m;
-  return m;
+  if (!fits(1)) return 0;
+  if (fits(kMicroBatchCap)) return kMicroBatchCap;
+  int64_t lo = 1;
+  int64_t hi = kMicroBatchCap;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
 }
 
 Plan make_plan(const PlanRequest& r) {

@@ -44,7 +44,7 @@ STEPS = 80
 # The model's shape, for the example and for the planner alike.
 SHAPE = {"--layers": "2", "--hidden": "64", "--heads": "4", "--ffn-hidden": "128",
          "--vocab": "64", "--seq-len": "32"}
-# 3 MiB, 2.8 after the margin: at most 4, 4 and 5 sequences fit at 2, 3 and 4
+# 3 MiB, 2.8 after the margin: at most 4, 5 and 5 sequences fit at 2, 3 and 4
 # ranks, which the SDK splits as [3, 2] in 4 accumulation steps, [4, 3, 3] in 2
 # and [5, 5, 5, 5] in 1.
 GPU_MEMORY_GIB = "0.003"

@@ -43,8 +43,10 @@ TrainingSetup tiny(Precision precision, Sharding sharding) {
   return s;
 }
 
-// FSDP bf16 at 4 ranks on 100,000 bytes, no margin: 7280 bytes of states
-// and temporaries, and 2016 a sequence (activations 1504, the loss's 512).
+// FSDP bf16 at 4 ranks on 100,000 bytes, no margin: 3040 bytes of states,
+// 1504 of activations a sequence, and temporaries the larger of a unit's
+// backward (3232) and the loss's (512 a sequence and the head's unit, 272):
+// from 6 sequences on, 3312 + 2016 a sequence.
 PlanRequest fsdp_request() {
   PlanRequest r;
   r.setup = tiny(Precision::bf16, Sharding::fsdp);
@@ -57,7 +59,7 @@ PlanRequest fsdp_request() {
 }  // namespace
 
 TEST_CASE("the tiny model's parameters add up as counted by hand", "[plan]") {
-  const TrainingSetup s = tiny(Precision::bf16, Sharding::ddp);
+  TrainingSetup s = tiny(Precision::bf16, Sharding::ddp);
   CHECK(shape_parameters(s.model) == 760);
   const ParameterCounts p = parameter_counts(s.model);
   CHECK(p.linear == 480);
@@ -65,7 +67,11 @@ TEST_CASE("the tiny model's parameters add up as counted by hand", "[plan]") {
   CHECK(p.layer.params == 496);
   CHECK(p.largest_unit.params == 496);
   CHECK(p.largest_unit.linear == 480);
-  CHECK(p.second_unit.params == 136);
+  CHECK(p.head.params == 136);
+  CHECK(p.embedding.params == 128);
+  s.model.tied_embeddings = true;  // one unit: the table and the final norm
+  CHECK(parameter_counts(s.model).head.params == 136);
+  CHECK(parameter_counts(s.model).embedding.params == 0);
 }
 
 TEST_CASE("the presets have the parameter counts of the models they are named after", "[plan]") {
@@ -94,7 +100,10 @@ TEST_CASE("DDP in fp32 holds 4+4+8 bytes a parameter, the buckets and every acti
   CHECK(b.temporaries == 4 * 8 * 16 + 760 * 4);
 }
 
-TEST_CASE("FSDP at world 4 shards the states and gathers the two largest units", "[plan]") {
+TEST_CASE(
+    "FSDP at world 4 shards the states; its temporaries are the fuller of the loss's backward "
+    "and a unit's",
+    "[plan]") {
   const TrainingSetup s = tiny(Precision::bf16, Sharding::fsdp);
   CHECK(shard_degree(s, 4) == 4);
   const Breakdown b = per_rank_memory(s, 4, 1);
@@ -103,9 +112,36 @@ TEST_CASE("FSDP at world 4 shards the states and gathers the two largest units",
   CHECK(b.optimizer == 760.0 * 8 / 4);
   // 2-byte elements: layer 4h*2 + (3h+f)*2 + (2h+2kvd)*2 + 4a + 3f*2 = 264, head 112.
   CHECK(b.activations == 4 * (264 + 112));
-  // Loss, the layer and the head gathered in bf16, the layer's bf16 gradients
-  // and their fp32 copy for the reduce-scatter.
-  CHECK(b.temporaries == 4 * 8 * 16 + (496 + 136) * 2 + 496 * (2 + 4));
+  // Backward order: the head (136), the layer (496), the embedding (128);
+  // bf16 copies and gradients, fp32 reduce-scatter buffers. The fullest
+  // moment is the layer's reduce-scatter: the embedding prefetched (256),
+  // the layer's fp32 input (1984) and its bf16 gradients, not yet copied
+  // in (992). Its compute holds less: gathered 992, gradients 992, the
+  // prefetch 256 and the head's reduce-scatter input 544.
+  CHECK(b.temporaries == 256 + 496 * 4 + 496 * 2);
+  CHECK(b.temporaries > 992 + 992 + 256 + 544);
+  // The loss's backward (8V a token, the head's unit gathered) takes over
+  // from 6 sequences.
+  CHECK(per_rank_memory(s, 4, 5).temporaries == b.temporaries);
+  CHECK(per_rank_memory(s, 4, 6).temporaries == 6 * 4 * 8 * 16 + 136 * 2);
+}
+
+TEST_CASE(
+    "a unit's backward under FSDP holds the previous unit's reduce-scatter input, and a tied "
+    "unit its copy and gradient throughout",
+    "[plan]") {
+  TrainingSetup s = tiny(Precision::fp32, Sharding::fsdp);
+  // fp32 at 2 ranks, the layer computing: gathered 1984, its gradients
+  // 1984, the embedding prefetched 512, and the head's reduce-scatter input
+  // (136 x 4), which FSDP2 frees only at the layer's own reduce-scatter
+  // (then: 512 + 1984 + 1984 = 4480).
+  CHECK(per_rank_memory(s, 2, 1).temporaries == 1984 + 1984 + 512 + 136 * 4);
+  // Tied, bf16 at 4 ranks: the embedding-and-head unit (136) is gathered
+  // and its gradient held from the head's backward to the embedding's
+  // (2 x 272), beside the layer's reduce-scatter (1984 + 992).
+  s = tiny(Precision::bf16, Sharding::fsdp);
+  s.model.tied_embeddings = true;
+  CHECK(per_rank_memory(s, 4, 1).temporaries == 136 * 2 * 2 + 496 * 4 + 496 * 2);
 }
 
 TEST_CASE("ZeRO-1 and ZeRO-2 shard the optimizer, then the gradients, not the weights", "[plan]") {
@@ -204,19 +240,19 @@ TEST_CASE("checkpointing's recompute costs its forward over three forwards", "[p
 TEST_CASE("the plan takes the largest micro-batch that fits and divides the global batch",
           "[plan]") {
   PlanRequest r = fsdp_request();
-  CHECK(per_rank_memory(r.setup, 4, 1).total() == 7280 + 2016);
-  CHECK(largest_micro_batch(r.setup, 4, 100000) == 45);  // 7280 + 45 x 2016 = 97,999
+  CHECK(per_rank_memory(r.setup, 4, 1).total() == 3040 + 1504 + 3232);
+  CHECK(largest_micro_batch(r.setup, 4, 100000) == 47);  // 3312 + 47 x 2016 = 98,064
 
-  r.global_batch = 400;  // 100 a rank: 25 is the largest divisor under 45
+  r.global_batch = 400;  // 100 a rank: 25 is the largest divisor under 47
   const Plan p = make_plan(r);
   REQUIRE(p.sizes.size() == 1);
-  CHECK(p.sizes[0].largest_fit == 45);
+  CHECK(p.sizes[0].largest_fit == 47);
   CHECK(p.sizes[0].micro_batch == 25);
   CHECK(p.sizes[0].accumulation == 4);
   CHECK(p.sizes[0].keeps_global_batch);
   CHECK(p.sizes[0].usable(64));
   CHECK(p.sizes[0].warnings.empty());
-  CHECK(p.sizes[0].peak.total() == 7280 + 25 * 2016);
+  CHECK(p.sizes[0].peak.total() == 3312 + 25 * 2016);
 }
 
 TEST_CASE("a global batch the ranks do not divide rounds the accumulation up, with a warning",
@@ -337,7 +373,7 @@ TEST_CASE(
   CHECK(out.config.find("\n  3: ") == std::string::npos);
   REQUIRE(out.notes.size() == 2);
   CHECK_THAT(out.notes[0], Catch::StartsWith("--emit-config leaves out 1 nodes: at 8 ranks: "
-                                             "nothing fits: micro-batch 1 needs 33.8 GiB"));
+                                             "nothing fits: micro-batch 1 needs 29.9 GiB"));
   // 24 ranks of 1 make 24 a step, and 256 is no multiple of it.
   CHECK(out.notes[1] ==
         "--emit-config leaves out 3 nodes: no split of the global batch 256 over "
@@ -470,13 +506,13 @@ TEST_CASE("a micro-batch asked for is evaluated as given, and warned about when 
           "[plan]") {
   PlanRequest r = fsdp_request();
   r.global_batch = 400;
-  r.micro_batch = 50;  // the largest that fits is 45
+  r.micro_batch = 50;  // the largest that fits is 47
   const SizePlan s = make_plan(r).sizes.at(0);
   CHECK(s.micro_batch == 50);
   CHECK(s.accumulation == 2);
   CHECK(s.keeps_global_batch);
   CHECK(!s.usable(64));
-  CHECK(s.peak.total() == 7280 + 50 * 2016);
+  CHECK(s.peak.total() == 3312 + 50 * 2016);
   REQUIRE(s.warnings.size() == 1);
   CHECK(s.warnings[0].find("does not fit") != std::string::npos);
 }
