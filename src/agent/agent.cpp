@@ -127,10 +127,15 @@ int run_node(const AgentConfig& config, events::EventLog& events, Serving& servi
   // outlive the workers (docs/memory-tier.md). Removed when the agent ends,
   // by the death watch when it is killed.
   std::unique_ptr<memory::Tier> tier;
+  // The agent's replicator prunes the shards then (agent/memory_replicator.hpp):
+  // a rank's older shards must outlive its newer ones until those are
+  // replicated, in the workers' hands and in the tier's adoption alike.
+  const bool replicated = config.dynamic && config.memory_replicas > 0;
   if (config.memory_tier) {
     try {
-      tier = memory::Tier::create(memory::Tier::default_base(fs::temp_directory_path()),
-                                  config.memory_tier_limit);
+      tier = memory::Tier::create(
+          memory::Tier::default_base(fs::temp_directory_path()), config.memory_tier_limit,
+          replicated ? memory::ShardPruning::kReplicator : memory::ShardPruning::kSdk);
       log->debug("memory tier in {}, at most {} bytes", tier->path().string(), tier->limit());
     } catch (const Error& e) {
       log->warn("{}; workers save no snapshot to memory", e.what());
@@ -213,9 +218,7 @@ int run_node(const AgentConfig& config, events::EventLog& events, Serving& servi
   if (tier) {
     node.base["ELASTICRUN_MEMORY_DIR"] = tier->path().string();
     node.base["ELASTICRUN_MEMORY_LIMIT"] = std::to_string(tier->limit());
-    // The agent's replicator prunes the shards then (agent/memory_replicator.hpp):
-    // a rank's older shards must outlive its newer ones until those are replicated.
-    if (config.dynamic && config.memory_replicas > 0) {
+    if (replicated) {
       node.base["ELASTICRUN_MEMORY_REPLICAS"] = std::to_string(config.memory_replicas);
     }
     node.memory = tier.get();

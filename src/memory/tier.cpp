@@ -25,11 +25,12 @@ uint64_t free_bytes(const fs::path& dir) {
   return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
 }
 
-std::unique_ptr<Tier> Tier::create(const fs::path& base, std::optional<uint64_t> limit) {
+std::unique_ptr<Tier> Tier::create(const fs::path& base, std::optional<uint64_t> limit,
+                                   ShardPruning pruning) {
   const fs::path dir =
       util::make_unique_dir(base, "elasticrun-mem-" + std::to_string(::getpid()) + "-");
   return std::unique_ptr<Tier>(
-      new Tier(dir, std::min(limit.value_or(UINT64_MAX), free_bytes(dir))));
+      new Tier(dir, std::min(limit.value_or(UINT64_MAX), free_bytes(dir)), pruning));
 }
 
 Tier::~Tier() {
@@ -69,8 +70,11 @@ Tier::Holding Tier::adopt() {
   for (const auto& [n, p] : found) {
     const std::string name = p.filename().string();
     // A rank's two newest shards: the newest may be a set another rank
-    // never finished (it died saving), the one before it whole.
+    // never finished (it died saving), the one before it whole. Under
+    // replication every one: the replicator prunes them by the safe step,
+    // which lags several saves behind when saves come faster than it copies.
     const auto kept_shard = [&] {
+      if (pruning_ == ShardPruning::kReplicator) return true;
       const auto& steps = shard_steps[{*n.world, n.rank}];
       return std::distance(steps.begin(), steps.find(n.step)) < 2;
     };

@@ -35,13 +35,24 @@ namespace elasticrun::memory {
 // it cannot say).
 uint64_t free_bytes(const std::filesystem::path& dir);
 
+// Who removes a rank's older shards of a sharded state (docs/memory-tier.md,
+// "What is kept"). kSdk: the SDK, once every rank of the save wrote the
+// newer ones, so a node holds at most two of a rank (the older whole).
+// kReplicator: the agent's replicator alone (agent/memory_replicator.hpp),
+// once a newer step is on r+1 nodes; until then the older ones are the only
+// step a node's loss can restore from, however many newer saves came since.
+enum class ShardPruning { kSdk, kReplicator };
+
 class Tier {
  public:
   // Creates a fresh directory under `base` (/dev/shm where it is writable:
   // Tier::default_base). `limit`: the most bytes it may hold; the space free
-  // there now bounds it too. Throws elasticrun::Error when it cannot.
+  // there now bounds it too. `pruning`: whether the agent replicates the
+  // shards (then only its replicator removes them). Throws elasticrun::Error
+  // when it cannot.
   static std::unique_ptr<Tier> create(const std::filesystem::path& base,
-                                      std::optional<uint64_t> limit);
+                                      std::optional<uint64_t> limit,
+                                      ShardPruning pruning = ShardPruning::kSdk);
   // /dev/shm when this process can write there, else `fallback`.
   static std::filesystem::path default_base(const std::filesystem::path& fallback);
   ~Tier();  // removes the directory and everything in it
@@ -54,14 +65,17 @@ class Tier {
   // With no worker running: removes what is half-written and what newer
   // snapshots supersede, and checksums what it keeps that has no manifest
   // yet. A snapshot of a state that is not sharded is superseded by any
-  // newer one of such a state; a rank's shards by two newer ones of that
-  // rank (the SDK removes the older once every rank wrote the newer: two
-  // are here only after a save that some rank never finished, whose set is
-  // not whole); a fetched snapshot of a whole state by anything newer, a
-  // fetched rank's shards as this node's own (a replica of a lost node's
-  // shards must outlive this node's newer shards of a step whose set that
-  // node never finished). Returns the names it keeps, and the newest step
-  // among them (0 for none).
+  // newer one of such a state; a fetched one by anything newer. A rank's
+  // shards, with ShardPruning::kSdk, by two newer ones of that rank (the
+  // SDK removes the older once every rank wrote the newer: two are here
+  // only after a save that some rank never finished, whose set is not
+  // whole), a fetched rank's shards as this node's own (a replica of a lost
+  // node's shards must outlive this node's newer shards of a step whose set
+  // that node never finished); with ShardPruning::kReplicator, never: the
+  // newest step whose shards are on r+1 nodes may be older than several
+  // saves not replicated yet, and it is the one the survivors of a node's
+  // loss restore. Returns the names it keeps, and the newest step among
+  // them (0 for none).
   struct Holding {
     int64_t step = 0;
     std::vector<std::string> snapshots;  // sorted
@@ -105,7 +119,8 @@ class Tier {
   void abandon(const Manifest& m);
 
  private:
-  Tier(std::filesystem::path path, uint64_t limit) : path_(std::move(path)), limit_(limit) {}
+  Tier(std::filesystem::path path, uint64_t limit, ShardPruning pruning)
+      : path_(std::move(path)), limit_(limit), pruning_(pruning) {}
   // Under mu_:
   uint64_t held_bytes() const;
   void forget_all_but(const std::set<std::string>& kept);
@@ -115,6 +130,7 @@ class Tier {
 
   const std::filesystem::path path_;
   const uint64_t limit_;
+  const ShardPruning pruning_;
   mutable std::mutex mu_;
   std::map<std::string, Manifest> manifests_;  // adopted snapshots, by name
   std::set<std::string> fetched_;              // those that came from a peer

@@ -206,6 +206,56 @@ TEST_CASE(
                                                 "step_000000008.r1of2", "step_000000012.r0of2"});
 }
 
+TEST_CASE(
+    "under replication the tier's adoption keeps a rank's older shards, for the replicator to "
+    "prune",
+    "[memory]") {
+  TempDir base;
+  auto t = Tier::create(base.path(), std::nullopt, ShardPruning::kReplicator);
+  // Step 4 is the newest on r+1 nodes; 8 and 12 were saved faster than the
+  // replicator copied them. A save cut short still leaves nothing.
+  for (int64_t step : {4, 8, 12}) write_snapshot(*t, step, 0, "rank 0", 4);
+  fs::create_directory(t->path() / "step_000000016.r0of4.partial");
+  CHECK(t->adopt().snapshots == std::vector<std::string>{"step_000000004.r0of4",
+                                                         "step_000000008.r0of4",
+                                                         "step_000000012.r0of4"});
+  CHECK_FALSE(fs::exists(t->path() / "step_000000016.r0of4.partial"));
+  // What the replicator prunes once a newer step is safe, it prunes.
+  CHECK(t->remove_shards_before(12) == 2);
+  CHECK(t->adopt().snapshots == std::vector<std::string>{"step_000000012.r0of4"});
+}
+
+TEST_CASE(
+    "after a node's loss the survivors' tiers still restore the newest step replicated before "
+    "it, however many saves came since",
+    "[memory]") {
+  // Four nodes, one rank each, r = 1: node i holds the replicas of node
+  // i-1's shards. Every rank's shards of step 4 are on two nodes; steps 8
+  // and 12 were saved by every rank but not replicated yet when node 3 was
+  // killed, so rank 3's are on no survivor, and rank 2's step 4 only on
+  // node 2 (its replica was on node 3).
+  std::vector<TempDir> bases(3);
+  std::vector<std::unique_ptr<Tier>> survivors;
+  for (int node = 0; node < 3; ++node) {
+    auto t = Tier::create(bases[node].path(), std::nullopt, ShardPruning::kReplicator);
+    for (int64_t step : {4, 8, 12}) write_snapshot(*t, step, node, "own", 4);
+    write_snapshot(*t, 4, (node + 3) % 4, "replica", 4);
+    survivors.push_back(std::move(t));
+  }
+  // Their workers are gone: each agent adopts what is in its tier and
+  // publishes it, and the next round plans its restore from that.
+  std::vector<PeerHolding> members;
+  for (auto& t : survivors) members.push_back({"127.0.0.1", 1, t->adopt().snapshots});
+  const RestorePlan plan = plan_restore(members, members[0].snapshots);
+  CHECK(plan.step == 4);
+  REQUIRE(plan.fetches.size() == 2);  // node 0 holds ranks 0 and 3
+  CHECK(plan.fetches[0].snapshot == "step_000000004.r1of4");
+  CHECK(plan.fetches[1].snapshot == "step_000000004.r2of4");
+  CHECK(plan.fetches[1].holders == std::vector<size_t>{2});
+  CHECK(plan.incomplete == std::vector<std::string>{"step 12: rank(s) 3 of 4 are on no member",
+                                                    "step 8: rank(s) 3 of 4 are on no member"});
+}
+
 TEST_CASE("a restore plan takes the newest step the members can restore together", "[memory]") {
   const auto plan = [](std::vector<PeerHolding> members, std::vector<std::string> mine) {
     return plan_restore(members, mine);
