@@ -169,7 +169,7 @@ class DynamicAgent {
       courier_->drain();
       // This node's workers are gone (or parked): what they saved is adopted.
       memory::Tier::Holding held;
-      if (!parked_) held = publish_memory();
+      if (!parked_) held = publish_memory(place.round);
 
       // Signaled, or stopped with the others after a signal: this node leaves.
       if (r.outcome == Outcome::kSignaled || r.stop_signal != 0) {
@@ -225,15 +225,16 @@ class DynamicAgent {
       log_->warn("{}: peers cannot fetch this node's snapshots", e.what());
       return;
     }
-    publish_memory();
+    publish_memory(0);
   }
 
-  // Returns what it published (nothing without a peer server).
-  memory::Tier::Holding publish_memory() {
+  // Returns what it published (nothing without a peer server). `round`:
+  // the round whose restore or end this follows (0: before the first).
+  memory::Tier::Holding publish_memory(uint64_t round) {
     if (!peer_) return {};
     memory::Tier::Holding h = node_.memory->adopt();
     try {
-      rdzv_->publish_memory({rc_.host, peer_->port(), h.step, h.snapshots, h.fetched});
+      rdzv_->publish_memory({rc_.host, peer_->port(), h.step, h.snapshots, h.fetched, round});
     } catch (const Error& e) {
       log_->warn("cannot publish this node's memory snapshots: {}", e.what());
     }
@@ -325,7 +326,7 @@ class DynamicAgent {
           place.round, abandoned, plan.step);
     }
     if (plan.fetches.empty()) {
-      if (abandoned > 0 || bad) publish_memory();
+      if (abandoned > 0 || bad) publish_memory(place.round);
       return;
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -363,7 +364,7 @@ class DynamicAgent {
                                                       {"bytes", bytes},
                                                       {"seconds", static_cast<double>(ms) / 1000.0},
                                                       {"incomplete", incomplete}});
-    if (fetched > 0 || abandoned > 0 || bad) publish_memory();
+    if (fetched > 0 || abandoned > 0 || bad) publish_memory(place.round);
     if (fetched > 0) {
       log_->info(
           "round {}: fetched {} memory snapshot(s) of step {} ({} bytes) from the members "

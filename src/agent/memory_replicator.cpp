@@ -49,7 +49,7 @@ void MemoryReplicator::run() {
 
 void MemoryReplicator::publish(const memory::Tier::Holding& h) {
   if (o_.port == 0 || h.snapshots == published_) return;
-  store_.publish_memory({o_.host, o_.port, h.step, h.snapshots, h.fetched});
+  store_.publish_memory({o_.host, o_.port, h.step, h.snapshots, h.fetched, o_.round});
   published_ = h.snapshots;
 }
 
@@ -63,6 +63,14 @@ void MemoryReplicator::pass() {
   if (generation != generation_) {
     all_ = store_.memory_of(o_.members);
     generation_ = generation;
+    // Holdings of an earlier round are not known yet: that member may not
+    // have removed what is newer than this round's restore (a copy of it
+    // taken now would be stale once the job saves that step again, and
+    // would count toward a safe step that is going away). Its replicator's
+    // first pass publishes them for this round.
+    for (auto& h : all_) {
+      if (h && h->round < o_.round) h.reset();
+    }
   }
   const auto& all = all_;
   if (all.size() != o_.members.size() || o_.me >= all.size()) return;

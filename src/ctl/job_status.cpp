@@ -22,19 +22,29 @@ std::optional<int64_t> to_int(const std::string& text) {
 }
 
 // The values of `keys`, nullopt for those absent. One CHECK and one
-// MULTI_GET when all exist (the usual case); key by key otherwise, since
-// MULTI_GET would wait for the missing ones.
+// MULTI_GET without a wait when all exist (the usual case); a CHECK per key
+// otherwise, since one CHECK says only whether all exist. The reads do not
+// wait: a key that goes between the CHECK and the read (a heartbeat whose
+// etcd lease expired, a round's keys being deleted) reads as "" and counts
+// as absent, as every record read here is non-empty when written.
 std::vector<std::optional<std::string>> read_present(StoreClient& c,
                                                      const std::vector<std::string>& keys) {
   std::vector<std::optional<std::string>> out(keys.size());
   if (keys.empty()) return out;
+  std::vector<size_t> present;
   if (c.check(keys)) {
-    auto values = c.multi_get(keys);
-    for (size_t i = 0; i < keys.size(); ++i) out[i] = std::move(values[i]);
-    return out;
+    for (size_t i = 0; i < keys.size(); ++i) present.push_back(i);
+  } else {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (c.check({keys[i]})) present.push_back(i);
+    }
   }
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (c.check({keys[i]})) out[i] = c.get(keys[i]);
+  if (present.empty()) return out;
+  std::vector<std::string> names;
+  for (size_t i : present) names.push_back(keys[i]);
+  auto values = c.multi_get_present(names);
+  for (size_t j = 0; j < present.size(); ++j) {
+    if (!values[j].empty()) out[present[j]] = std::move(values[j]);
   }
   return out;
 }

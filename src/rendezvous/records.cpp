@@ -1,5 +1,6 @@
 #include "rendezvous/records.hpp"
 
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -291,7 +292,8 @@ MasterAddress MasterAddress::parse(const std::string& text) {
 }
 
 std::string MemoryHoldings::serialize() const {
-  std::string out = host + " " + std::to_string(port) + " " + std::to_string(step);
+  std::string out =
+      host + " " + std::to_string(port) + " " + std::to_string(step) + " " + std::to_string(round);
   const std::set<std::string> from_peers(fetched.begin(), fetched.end());
   for (const auto& s : snapshots) out += (from_peers.count(s) ? " +" : " ") + s;
   return out;
@@ -303,12 +305,23 @@ std::optional<MemoryHoldings> MemoryHoldings::try_parse(const std::string& text)
   if (!(in >> m.host >> m.port >> m.step) || m.port <= 0 || m.port > 65535 || m.step < 0) {
     return std::nullopt;
   }
-  for (std::string s; in >> s;) {
-    if (s.size() > 1 && s[0] == '+') {
-      s.erase(0, 1);
-      m.fetched.push_back(s);
+  // The round, then the names; an agent before rounds were marked wrote
+  // the names alone (a name never starts with a digit: step_...).
+  std::string s;
+  if (in >> s) {
+    if (std::isdigit(static_cast<unsigned char>(s[0]))) {
+      const auto round = decimal(s);
+      if (!round || *round < 0) return std::nullopt;
+      m.round = static_cast<uint64_t>(*round);
+      if (!(in >> s)) return m;
     }
-    m.snapshots.push_back(std::move(s));
+    do {
+      if (s.size() > 1 && s[0] == '+') {
+        s.erase(0, 1);
+        m.fetched.push_back(s);
+      }
+      m.snapshots.push_back(std::move(s));
+    } while (in >> s);
   }
   return m;
 }

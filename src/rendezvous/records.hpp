@@ -195,6 +195,11 @@ struct MemoryHoldings {
   int64_t step = 0;
   std::vector<std::string> snapshots;  // all, fetched ones included
   std::vector<std::string> fetched;    // those of them that came from a peer
+  // The round after whose restore (or at whose end) the node published
+  // them; 0 before its first round. A round's replicator reads holdings
+  // of an earlier round as not yet known: the node may still be removing
+  // the snapshots newer than the round's restore.
+  uint64_t round = 0;
   std::string serialize() const;
   static std::optional<MemoryHoldings> try_parse(const std::string& text);
 };

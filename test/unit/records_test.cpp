@@ -151,17 +151,27 @@ TEST_CASE("a node's memory holdings mark what came from a peer", "[records]") {
                    4242,
                    40,
                    {"step_000000040.r0of2", "step_000000040.r1of2"},
-                   {"step_000000040.r1of2"}};
-  CHECK(h.serialize() == "10.0.0.7 4242 40 step_000000040.r0of2 +step_000000040.r1of2");
+                   {"step_000000040.r1of2"},
+                   7};
+  CHECK(h.serialize() == "10.0.0.7 4242 40 7 step_000000040.r0of2 +step_000000040.r1of2");
   const auto back = MemoryHoldings::try_parse(h.serialize());
   REQUIRE(back);
   CHECK(back->snapshots == h.snapshots);
   CHECK(back->fetched == h.fetched);
-  // As an agent before replication wrote it: every name its own.
+  CHECK(back->round == 7);
+  const auto none = MemoryHoldings::try_parse("10.0.0.7 4242 0 3");
+  REQUIRE(none);
+  CHECK(none->round == 3);
+  CHECK(none->snapshots.empty());
+  // As an agent before replication wrote it: every name its own, and no
+  // round (0: older than any round's replicator).
   const auto old = MemoryHoldings::try_parse("10.0.0.7 4242 40 step_000000040.r0");
   REQUIRE(old);
   CHECK(old->fetched.empty());
+  CHECK(old->round == 0);
+  CHECK(old->snapshots == std::vector<std::string>{"step_000000040.r0"});
   CHECK_FALSE(MemoryHoldings::try_parse("10.0.0.7 0 40"));
+  CHECK_FALSE(MemoryHoldings::try_parse("10.0.0.7 4242 40 7x step_000000040.r0"));
 }
 
 TEST_CASE("every key of a round lives under that round", "[records]") {
