@@ -2,16 +2,14 @@
 
 #include <algorithm>
 #include <cassert>
-#include <cmath>
 #include <memory>
-#include <queue>
-#include <set>
-#include <tuple>
 #include <utility>
 
 #include "elasticrun/errors.hpp"
 #include "sim/controller.hpp"
-#include "sim/stretch.hpp"
+#include "sim/ledger.hpp"
+#include "sim/nodes.hpp"
+#include "sim/timers.hpp"
 
 namespace elasticrun::sim {
 namespace {
@@ -19,14 +17,6 @@ namespace {
 using elastic::Action;
 using elastic::Decision;
 using elastic::Observation;
-
-double hours(Millis d) {
-  return static_cast<double>(d.count()) / 3600e3;
-}
-
-double seconds(Millis d) {
-  return static_cast<double>(d.count()) / 1e3;
-}
 
 // A decision loop that keeps ending rounds at one instant (zero costs and a
 // controller that never settles) would never finish; no real one comes near.
@@ -44,7 +34,6 @@ class Run {
     r_.duration = trace.duration;
     r_.static_size = trace.start_size();
     r_.gpus_per_node = trace.gpus_per_node;
-    capacity_ = trace.initial_capacity;
   }
 
   RunResult run(const std::vector<TimelineEvent>& timeline) {
@@ -66,8 +55,7 @@ class Run {
         break;
       }
       if (timer_first) {
-        const Timer t = timers_.top();
-        timers_.pop();
+        const Timer t = timers_.pop();
         advance(t.at);
         fire(t);
         sync_agents();
@@ -84,14 +72,13 @@ class Run {
     if (phase_ == Phase::kRunning) {
       // The end of the trace (or of the job) is the end of the measurement,
       // not a crash.
-      account_running(true);
+      ledger_.account_running(now_, size_, true);
     } else {
-      account_down();
+      ledger_.account_down(now_);
     }
     mark(true);
-    r_.down = r_.time_at_size[0];
+    ledger_.close();
     r_.duration = end;
-    r_.cost = trace_.fleet.cost(r_.spot_node_hours, r_.on_demand_node_hours);
     return std::move(r_);
   }
 
@@ -101,69 +88,36 @@ class Run {
     kRestarting,  // a round of size_ closed; workers start and load until the Resume timer
     kWaiting,     // a round aiming at size_ waits for nodes (and maybe a deadline)
   };
-  enum class TimerKind { kResume, kDeadline, kRecheck, kAgentsReady, kNoticeEnds };
-  struct Timer {
-    Millis at;
-    uint64_t seq;
-    TimerKind kind;
-    uint64_t epoch;  // kResume/kDeadline: stale when the round changed since
-    // kAgentsReady: how many were started; kNoticeEnds: the nodes going.
-    int agents;
-    int members;  // kNoticeEnds: of those, members the job did not hear leave
-    // Agents that come up when a round's wait for replacements ends are in
-    // time for it.
-    int rank() const { return kind == TimerKind::kAgentsReady ? 0 : 1; }
-    bool operator>(const Timer& o) const {
-      return std::tuple(at, rank(), seq) > std::tuple(o.at, o.rank(), o.seq);
-    }
-  };
-
+  // A timer stamped with the round now (epoch_).
   void schedule(Millis at, TimerKind kind, int agents = 0, int members = 0) {
-    if (at >= trace_.duration) return;
-    timers_.push({at, next_seq_++, kind, epoch_, agents, members});
+    timers_.schedule(at, kind, epoch_, agents, members);
   }
 
   int members() const { return phase_ == Phase::kWaiting ? 0 : size_; }
 
-  // Nodes there: the capacity, and noticed nodes that a job that does not
-  // hear notices still trains on.
-  int present() const { return capacity_ + doomed_; }
-
   // When the job will have done the trace's work if it trains on as it
   // does; nullopt without work, while it does not train, or past the end.
   std::optional<Millis> work_done_at() const {
-    if (!trace_.work || phase_ != Phase::kRunning) return std::nullopt;
-    const double rate = trace_.throughput.at(size_);
-    if (rate <= 0) return std::nullopt;
-    const double left_ms = std::max(0.0, (*trace_.work - r_.tokens) / rate * 1e3);
-    if (left_ms > static_cast<double>(trace_.duration.count())) return std::nullopt;
-    const Millis trained(static_cast<int64_t>(std::ceil(left_ms)));
-    return std::max(now_, phase_since_ + length_to_train(trace_, trained));
+    if (phase_ != Phase::kRunning) return std::nullopt;
+    return ledger_.work_done_at(now_, size_);
   }
 
   // Integrates what depends on capacity alone up to `t`.
   void advance(Millis t) {
     assert(t >= now_);
     if (t > now_) {
-      const Millis dt = t - now_;
-      const int usable = std::min(capacity_, trace_.policy.max_replicas);
-      const int ideal = elastic::largest_allowed_at_most(trace_.policy, usable).value_or(0);
-      r_.ideal_tokens += seconds(dt) * trace_.throughput.at(ideal);
-      r_.idle_node_hours += hours(dt) * std::max(0, usable - r_.static_size);
-      r_.spot_node_hours += hours(dt) * (trace_.fleet.spot(capacity_) + noticed_);
-      r_.on_demand_node_hours += hours(dt) * trace_.fleet.on_demand(capacity_);
+      ledger_.elapse(t - now_, nodes_.capacity(), nodes_.noticed());
       decisions_now_ = 0;
     }
     now_ = t;
   }
 
   void start() {
-    agents_ = spares_ ? capacity_ : std::min(capacity_, std::max(agents_wanted(), r_.static_size));
-    if (capacity_ >= r_.static_size) {
+    nodes_.start(std::max(agents_wanted(), r_.static_size));
+    if (nodes_.capacity() >= r_.static_size) {
       phase_ = Phase::kRunning;
       size_ = r_.static_size;
-      last_running_size_ = size_;
-      series_.stretch_started();
+      ledger_.running_from(now_, size_);
       observe();
     } else {
       begin_round(r_.static_size, now_, std::nullopt);
@@ -174,8 +128,7 @@ class Run {
   // Records the state after everything that happened at now_; always at
   // the end.
   void mark(bool always = false) {
-    series_.mark({now_, present(), phase_ == Phase::kRunning ? size_ : 0, r_.useful, r_.tokens},
-                 always);
+    ledger_.mark(now_, nodes_.present(), phase_ == Phase::kRunning ? size_ : 0, always);
   }
 
   void fire(const Timer& t) {
@@ -187,34 +140,26 @@ class Run {
         if (t.epoch == epoch_) try_close();
         break;
       case TimerKind::kRecheck:
-        rechecks_.erase(t.at);
         if (phase_ != Phase::kWaiting) observe();
         break;
       case TimerKind::kNoticeEnds:
         notice_ends(t.agents, t.members);
         break;
-      case TimerKind::kAgentsReady: {
-        // Starts cancelled since (sync_agents) are taken off the latest.
-        const int up = std::min({t.agents, starting_, capacity_ - agents_});
-        starting_ -= std::min(t.agents, starting_);
-        if (up > 0) {
-          agents_ += up;
-          react(0, 0);
-        }
+      case TimerKind::kAgentsReady:
+        if (nodes_.agents_up(t.agents) > 0) react(0, 0);
         break;
-      }
     }
   }
 
   void apply(const TimelineEvent& e) {
     if (e.kind == EventKind::kPreempt) return preempt(e.count);
-    const int before = capacity_;
+    const int before = nodes_.capacity();
     const int held = members();
-    capacity_ = capacity_after(e, capacity_, trace_);
+    nodes_.set_capacity(capacity_after(e, before, trace_));
     switch (e.kind) {
       case EventKind::kCapacity: {
         // Nodes taken back beyond the idle ones are the job's, with notice.
-        const int gone = std::max(0, held - present());
+        const int gone = std::max(0, held - nodes_.present());
         nodes_changed(before, gone);
         react(0, gone);
         break;
@@ -229,20 +174,16 @@ class Run {
         // The members this event can hit: those on available nodes (not
         // noticed ones), and for a notice those on spot nodes, which
         // members take only once the on-demand ones are taken.
-        const int live = held - std::min(held, doomed_members_);
+        const int live = held - std::min(held, nodes_.doomed_members());
         const int pool = notice ? trace_.fleet.spot(before) : before;
         const int exposed = notice ? std::max(0, live - trace_.fleet.on_demand(before)) : live;
-        const int hit =
-            e.pick ? (*e.pick * pool < exposed ? 1 : 0) : std::min(before - capacity_, exposed);
+        const int hit = e.pick ? (*e.pick * pool < exposed ? 1 : 0)
+                               : std::min(before - nodes_.capacity(), exposed);
         if (notice && trace_.notice_time() > Millis(0)) {
-          const int noticed = before - capacity_;
-          noticed_ += noticed;
-          if (!hears_) {
-            // The job trains on, on every node, until they go.
-            assert(spares_);
-            doomed_ += noticed;
-            doomed_members_ += hit;
-          }
+          const int noticed = before - nodes_.capacity();
+          // A job that does not hear it trains on, on every node, until they go.
+          assert(hears_ || spares_);
+          nodes_.notice(noticed, !hears_, hit);
           schedule(now_ + trace_.notice_time(), TimerKind::kNoticeEnds, noticed, hears_ ? 0 : hit);
           if (!hears_) break;
         }
@@ -270,16 +211,15 @@ class Run {
   // Noticed nodes go: billing stops, and members a job that did not hear
   // the notice still held are lost (it trained on them until now).
   void notice_ends(int nodes, int members_on_them) {
-    noticed_ -= nodes;
+    nodes_.gone(nodes, !hears_, members_on_them);
     if (hears_) return;
-    doomed_ -= nodes;
-    doomed_members_ -= members_on_them;
     // The members noticed on them, or more: a round that closed since the
     // notice (the job restarts at every change) may have put members on
     // nodes that were idle then, and the members left cannot outnumber the
     // nodes left.
-    const int lost = std::min({members(), nodes, std::max(members_on_them, members() - present())});
-    nodes_changed(capacity_, lost);
+    const int lost =
+        std::min({members(), nodes, std::max(members_on_them, members() - nodes_.present())});
+    nodes_changed(nodes_.capacity(), lost);
     r_.members_lost += lost;
     react(lost, 0);
   }
@@ -304,10 +244,10 @@ class Run {
       ++r_.preempt_requests;
       observe(0, 0, k);
     }
-    const int idle = present() - members();
-    const int forced = std::max(0, std::min(k, capacity_) - idle);
-    const int before = capacity_;
-    capacity_ = std::max(0, capacity_ - k);
+    const int idle = nodes_.present() - members();
+    const int forced = std::max(0, std::min(k, nodes_.capacity()) - idle);
+    const int before = nodes_.capacity();
+    nodes_.set_capacity(std::max(0, before - k));
     nodes_changed(before, forced);
     if (holding && forced == 0) ++r_.preempt_answered_in_one_decision;
     react(0, forced);
@@ -325,15 +265,13 @@ class Run {
     o.current = size_;
     o.lost = lost;
     o.leaving = leaving;
-    o.waiting = agents_ - (size_ - lost - leaving);
+    o.waiting = nodes_.agents() - (size_ - lost - leaving);
     o.release_request = release;
     o.scale_request = scale ? scale : std::exchange(pending_scale_, std::nullopt);
     assert(o.waiting >= 0);
     ++r_.decisions;
     Decision d = ctl_->decide(o);
-    if (d.recheck_at && *d.recheck_at > now_ && rechecks_.insert(*d.recheck_at).second) {
-      schedule(*d.recheck_at, TimerKind::kRecheck);
-    }
+    if (d.recheck_at && *d.recheck_at > now_) timers_.recheck(*d.recheck_at, epoch_);
     if (d.action != Action::kNone) end_round(d, lost > 0);
     return d;
   }
@@ -344,11 +282,11 @@ class Run {
     const bool saved = !failure && ctl_->saves_on_stop();
     Millis save_done = now_;
     if (phase_ == Phase::kRunning) {
-      account_running(saved);
+      ledger_.account_running(now_, size_, saved);
       if (saved) save_done += costs_.stop_save;
     } else {
       // Workers still starting have nothing new to save or lose.
-      account_down();
+      ledger_.account_down(now_);
     }
     ++r_.restarts;
     std::optional<Millis> deadline;
@@ -358,7 +296,8 @@ class Run {
 
   void begin_round(int target, Millis save_done, std::optional<Millis> deadline) {
     phase_ = Phase::kWaiting;
-    phase_since_ = now_;
+    // The stretch before it was accounted as the last round ended.
+    assert(ledger_.since() == now_);
     size_ = target;
     save_done_ = save_done;
     deadline_ = deadline;
@@ -372,13 +311,13 @@ class Run {
   void try_close() {
     if (phase_ != Phase::kWaiting) return;
     std::optional<int> n;
-    if (agents_ >= size_) {
+    if (nodes_.agents() >= size_) {
       n = size_;
     } else if (deadline_ && now_ >= *deadline_) {
-      n = ctl_->largest_size_at_most(agents_);
+      n = ctl_->largest_size_at_most(nodes_.agents());
     }
     if (!n) return;
-    account_down();
+    ledger_.account_down(now_);
     phase_ = Phase::kRestarting;
     size_ = *n;
     ++epoch_;
@@ -388,87 +327,34 @@ class Run {
   }
 
   void resume() {
-    account_down();
+    ledger_.account_down(now_);
     phase_ = Phase::kRunning;
-    if (last_running_size_ && size_ != *last_running_size_) {
-      const int direction = size_ > *last_running_size_ ? 1 : -1;
-      ++r_.scale_events;
-      ++(direction > 0 ? r_.scale_ups : r_.scale_downs);
-      if (last_scale_ && last_scale_->second == -direction &&
-          now_ - last_scale_->first < trace_.policy.min_stable_period) {
-        ++r_.thrash_events;
-      }
-      last_scale_ = {now_, direction};
-    }
-    last_running_size_ = size_;
-    series_.stretch_started();
+    ledger_.running_from(now_, size_);
     // The new round's first observation.
     observe();
   }
 
-  // Ends a stretch of training at size_ from phase_since_ to now. With
-  // periodic checkpoints the stretch is cycles of checkpoint_every training
-  // then checkpoint_save saving, starting from the checkpoint just loaded;
-  // `saved`: everything trained counts, else only what the last completed
-  // checkpoint holds.
-  void account_running(bool saved) {
-    const Millis length = now_ - phase_since_;
-    const Stretch s = stretch(trace_, length);
-    const Millis kept = saved ? s.trained : s.durable;
-    const double rate = trace_.throughput.at(size_);
-    series_.stretch_ended(trace_, phase_since_, s, kept, rate, size_, r_.useful, r_.tokens);
-    r_.useful += kept;
-    r_.lost_work += s.trained - kept;
-    r_.checkpointing += s.checkpointing;
-    r_.tokens += seconds(kept) * rate;
-    r_.absorbed_node_hours += hours(length) * std::max(0, size_ - r_.static_size);
-    r_.time_at_size[size_] += length;
-    phase_since_ = now_;
-  }
-
-  // Keeps agents_ in step after the capacity went from `before` to
-  // capacity_ and `gone` members were lost or are leaving. With spares every
-  // available node runs an agent. Without, nodes the trace adds come with
-  // an agent while the job can use them (starting those is the trace's
-  // business); nodes taken away are agent-less idle ones first.
-  void nodes_changed(int before, int gone) {
-    if (spares_) {
-      agents_ = present();
-    } else if (capacity_ > before) {
-      agents_ += std::min(capacity_ - before, std::max(0, agents_wanted() - agents_));
-    } else {
-      agents_ = std::min(agents_ - gone, capacity_);
-    }
-  }
+  // Keeps the agents in step after the capacity went from `before` and
+  // `gone` members were lost or are leaving (Nodes::changed).
+  void nodes_changed(int before, int gone) { nodes_.changed(before, gone, agents_wanted()); }
 
   // Without spares: the agents the job keeps, members included: enough for
   // the largest size the controller allows within the capacity, or for the
   // target of the round it waits to close, never more than the nodes there.
   int agents_wanted() const {
-    const int usable = std::min(capacity_, trace_.policy.max_replicas);
+    const int usable = std::min(nodes_.capacity(), trace_.policy.max_replicas);
     int want = ctl_->largest_size_at_most(usable).value_or(0);
     if (phase_ == Phase::kWaiting) want = std::max(want, size_);
-    return std::min(want, capacity_);
+    return std::min(want, nodes_.capacity());
   }
 
   // Without spares, after everything that happened at now_: idle agents the
   // job cannot use are stopped, and agents it is short of are started on
   // idle nodes; they are up node_start later.
   void sync_agents() {
-    if (spares_) return;
-    const int want = agents_wanted();
-    agents_ = std::max(members(), std::min(agents_, want));
-    starting_ = std::min(starting_, std::max(0, want - agents_));
-    const int short_of = want - agents_ - starting_;
-    if (short_of > 0) {
-      starting_ += short_of;
-      schedule(now_ + trace_.node_start, TimerKind::kAgentsReady, short_of);
+    if (const int started = nodes_.sync(members(), agents_wanted()); started > 0) {
+      schedule(now_ + trace_.node_start, TimerKind::kAgentsReady, started);
     }
-  }
-
-  void account_down() {
-    r_.time_at_size[0] += now_ - phase_since_;
-    phase_since_ = now_;
   }
 
   const Trace& trace_;
@@ -477,54 +363,21 @@ class Run {
   const bool hears_;  // spot notices, when they come
   const RecoveryCosts costs_;
   RunResult r_;
+  Ledger ledger_{trace_, r_};
+  Nodes nodes_{trace_.initial_capacity, spares_};
 
   Millis now_{0};
-  int capacity_ = 0;
-  // Available nodes running an agent: the members (not those lost or
-  // leaving) and the agents waiting. All of them with spares.
-  int agents_ = 0;
-  int starting_ = 0;  // agents being started (without spares)
-  int noticed_ = 0;   // spot nodes noticed and not gone yet: billed, out of capacity_
-  // Of those, the nodes a job that does not hear notices still has, and
-  // the members among them when noticed.
-  int doomed_ = 0;
-  int doomed_members_ = 0;
   Phase phase_ = Phase::kRunning;
   int size_ = 0;
-  Millis phase_since_{0};
   Millis save_done_{0};
   std::optional<Millis> deadline_;
   uint64_t epoch_ = 0;
   std::optional<int> pending_scale_;  // a scale request that came while no round ran
-  std::optional<int> last_running_size_;
-  std::optional<std::pair<Millis, int>> last_scale_;  // time, direction
   int decisions_now_ = 0;
-  SeriesRecorder series_{r_.series};
-
-  std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
-  std::set<Millis> rechecks_;
-  uint64_t next_seq_ = 0;
+  TimerQueue timers_{trace_.duration};
 };
 
 }  // namespace
-
-double RunResult::goodput() const {
-  return duration.count() > 0 ? static_cast<double>(useful.count()) / duration.count() : 0;
-}
-
-double RunResult::token_efficiency() const {
-  return ideal_tokens > 0 ? tokens / ideal_tokens : 1;
-}
-
-std::optional<double> RunResult::absorbed_idle_fraction() const {
-  if (idle_node_hours <= 0) return std::nullopt;
-  return absorbed_node_hours / idle_node_hours;
-}
-
-std::optional<double> RunResult::cost_per_unit() const {
-  if (!cost || tokens <= 0) return std::nullopt;
-  return *cost / tokens;
-}
 
 RunResult simulate(const Trace& trace, const std::vector<TimelineEvent>& timeline,
                    std::string_view policy) {
