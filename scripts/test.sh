@@ -38,18 +38,14 @@ export CPP_ALLREDUCE_WORKER=$PWD/build/torch-examples/examples/cpp/allreduce_wor
 export CPP_TRAIN_ELASTIC=$PWD/build/torch-examples/examples/cpp/train_elastic
 export CPP_CKPT_TOOL=$PWD/build/torch-examples/ckpt_tool
 
-# The wheel, as `pip install .` builds it (test_wheel.py installs it into a
-# fresh venv); scikit-build-core comes from the venv, so nothing is fetched.
-rm -rf build/wheel/dist
-.venv/bin/python -m pip wheel . -q --no-build-isolation --no-deps --disable-pip-version-check \
-  -w build/wheel/dist -Cbuild-dir=build/wheel/build
-ELASTICRUN_WHEEL=$(ls "$PWD"/build/wheel/dist/elasticrun-*.whl)
-export ELASTICRUN_WHEEL
-
-cmake --preset asan >/dev/null
+# ELASTICRUN_TEST_WHEEL: CTest builds the wheel as `pip install .` does
+# (`wheel_build`, scripts/build_wheel.sh) and test_wheel.py installs it into
+# a fresh venv (`wheel`).
+cmake --preset asan -DELASTICRUN_TEST_WHEEL=ON >/dev/null
 cmake --build --preset asan -j "$jobs"
-# Two at a time: the integration suite is two halves (test/CMakeLists.txt:
+# Three at a time: the integration suite is two halves (test/CMakeLists.txt:
 # `integration` and `integration_jobs`, its training jobs), each of which
 # spends much of its time waiting on workers (paced steps, rendezvous
-# windows) and leaves room for the other.
-ctest --preset asan -j 2
+# windows); the third slot takes the wheel's build and test, the unit tests
+# and the SDK's, in the room the two leave.
+ctest --preset asan -j 3

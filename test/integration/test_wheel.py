@@ -5,8 +5,9 @@ nothing of this machine beyond the C and C++ runtimes (ldd), and a 2-worker
 torch job launched by the venv's elasticrun called by its path, without
 activating the venv.
 
-scripts/test.sh builds the wheel and exports $ELASTICRUN_WHEEL; unset, these
-tests skip (except under CI). The fresh venv gets torch by a .pth line to
+$ELASTICRUN_WHEEL names the wheel, or a directory holding one (CTest's
+`wheel` entry, which scripts/test.sh enables, builds it there first); unset,
+these tests skip (except under CI). The fresh venv gets torch by a .pth line to
 the development venv's site-packages, after its own: a second copy of
 PyTorch would be a download of gigabytes, and what is tested is ours.
 """
@@ -59,8 +60,12 @@ def pip_install(venv: Path, wheel) -> None:
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
     wheel = os.environ.get("ELASTICRUN_WHEEL")
+    if wheel and Path(wheel).is_dir():
+        found = sorted(Path(wheel).glob("elasticrun-*.whl"))
+        assert len(found) == 1, f"{wheel} should hold one elasticrun wheel: {found}"
+        wheel = str(found[0])
     if not wheel:
-        reason = "ELASTICRUN_WHEEL is not set (scripts/test.sh builds the wheel and sets it)"
+        reason = "ELASTICRUN_WHEEL is not set (CTest's `wheel` entry builds the wheel and sets it)"
         if os.environ.get("CI"):
             pytest.fail(f"{reason}; CI is set, so the wheel must be tested", pytrace=False)
         pytest.skip(reason)
